@@ -1,0 +1,183 @@
+#include "options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+#include "ddp/data/dataset.h"
+#include "ddp/error.h"
+
+namespace ddp::train {
+namespace {
+
+struct Flag {
+  std::string name;
+  std::string value;  // empty: a switch that takes no value
+  std::string help;
+  std::function<void(TrainOptions&, const std::string&)> set;
+};
+
+double parse_double(const std::string& flag, const std::string& text, double min, double max) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < min || v > max) {
+    throw InvalidArgument(concat(flag, ": '", text, "' is not a number in [", min, ", ", max, "]"));
+  }
+  return v;
+}
+
+int64_t parse_int64(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
+    throw InvalidArgument(concat(flag, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
+  }
+  return v;
+}
+
+const std::vector<Flag>& flags() {
+  using O = TrainOptions;
+  static const std::vector<Flag> table = {
+      {"--dataset", "NAME", "cifar10 (default), fashion-mnist or mnist",
+       [](O& o, const std::string& v) {
+         o.dataset = data::dataset_kind_name(data::parse_dataset_kind(v));
+       }},
+      {"--data-dir", "DIR",
+       "where the data set is (default: data for CIFAR-10 — the directory cifar-10-batches-bin or "
+       "its parent; /usr/share/datasets/fashion-mnist for Fashion-MNIST; data/mnist for MNIST)",
+       [](O& o, const std::string& v) { o.data_dir = v; }},
+      {"--download", "", "fetch CIFAR-10 into --data-dir first if it is not there (MD5-checked)",
+       [](O& o, const std::string&) { o.download = true; }},
+      {"--download-url", "URL", "where --download fetches cifar-10-binary.tar.gz from (a mirror)",
+       [](O& o, const std::string& v) { o.download_url = v; }},
+      {"--download-md5", "HEX", "the MD5 the downloaded archive must have (with --download-url)",
+       [](O& o, const std::string& v) { o.download_md5 = v; }},
+      {"--normalize", "", "normalise each channel by the data set's mean and std",
+       [](O& o, const std::string&) { o.normalize = true; }},
+      {"--random-crop", "", "random crop with zero padding 4 (seeded, per batch)",
+       [](O& o, const std::string&) { o.random_crop = true; }},
+      {"--hflip", "", "random horizontal flip (seeded, per batch)",
+       [](O& o, const std::string&) { o.horizontal_flip = true; }},
+      {"--channels-last", "", "keep images and conv weights in NHWC memory (faster with oneDNN)",
+       [](O& o, const std::string&) { o.channels_last = true; }},
+      {"--model", "NAME", "net: the reference CNN (default)",
+       [](O& o, const std::string& v) {
+         if (v != "net") throw InvalidArgument(concat("--model: unknown model '", v, "'; use net"));
+         o.model = v;
+       }},
+      {"--epochs", "N", "epochs to train (default 10)",
+       [](O& o, const std::string& v) { o.epochs = int(parse_int64("--epochs", v, 1, 100000)); }},
+      {"--batch-size", "N", "images per rank per step (default 64)",
+       [](O& o, const std::string& v) { o.batch_size = parse_int64("--batch-size", v, 1, 65536); }},
+      {"--lr", "X", "SGD learning rate (default 0.001)",
+       [](O& o, const std::string& v) { o.lr = parse_double("--lr", v, 0, 1e3); }},
+      {"--momentum", "X", "SGD momentum (default 0.9)",
+       [](O& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1); }},
+      {"--weight-decay", "X", "SGD weight decay (default 0)",
+       [](O& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1); }},
+      {"--seed", "N", "seed of the model's initial weights, the shuffling and the augmentation (default 0)",
+       [](O& o, const std::string& v) {
+         o.seed = uint64_t(parse_int64("--seed", v, 0, int64_t(1) << 62));
+       }},
+      {"--threads", "N", "intra-op threads per worker (default: cores / workers on this node, or OMP_NUM_THREADS)",
+       [](O& o, const std::string& v) { o.threads = int(parse_int64("--threads", v, 1, 1024)); }},
+      {"--max-steps", "N", "stop each epoch after N steps (default: the whole epoch)",
+       [](O& o, const std::string& v) { o.max_steps = parse_int64("--max-steps", v, 1, int64_t(1) << 40); }},
+      {"--metrics", "FILE", "append JSON-lines metrics (steps and epochs) to FILE (rank 0)",
+       [](O& o, const std::string& v) { o.metrics = v; }},
+      {"--log-every", "N", "log the loss every N steps (default 50)",
+       [](O& o, const std::string& v) { o.log_every = parse_int64("--log-every", v, 1, int64_t(1) << 40); }},
+      {"--no-eval", "", "skip the test-set evaluation after each epoch",
+       [](O& o, const std::string&) { o.evaluate = false; }},
+      {"--backend", "NAME", "gloo (default; CPU); nccl or mpi where LibTorch has them",
+       [](O& o, const std::string& v) {
+         if (v != "gloo" && v != "nccl" && v != "mpi") {
+           throw InvalidArgument(concat("--backend: unknown backend '", v, "'; use gloo, nccl or mpi"));
+         }
+         o.backend = v;
+       }},
+      {"--init-method", "URL", "env:// (default), tcp://HOST:PORT or file:///PATH",
+       [](O& o, const std::string& v) {
+         if (v != "env://" && v.rfind("tcp://", 0) != 0 && v.rfind("file://", 0) != 0) {
+           throw InvalidArgument(concat("--init-method: '", v, "' is not env://, tcp://HOST:PORT or file:///PATH"));
+         }
+         o.init_method = v;
+       }},
+      {"--timeout", "SECONDS", "limit for every collective; a silent peer fails the job after it (default 300)",
+       [](O& o, const std::string& v) { o.timeout = parse_double("--timeout", v, 0.1, 86400); }},
+      {"--rendezvous-timeout", "SECONDS", "limit for all ranks to meet at the start (default 120)",
+       [](O& o, const std::string& v) {
+         o.rendezvous_timeout = parse_double("--rendezvous-timeout", v, 0.1, 86400);
+       }},
+      {"--bucket-cap-mb", "MB", "gradient bucket size for the all-reduce (default 25)",
+       [](O& o, const std::string& v) { o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096); }},
+      {"--nproc-per-node", "N", "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
+       [](O& o, const std::string& v) { o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024)); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+TrainOptions parse_train_options(const std::vector<std::string>& args, bool& help) {
+  TrainOptions options;
+  help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::string value;
+    bool has_value = false;
+    if (name == "--help" || name == "-h") {
+      help = true;
+      return options;
+    }
+    const size_t eq = name.find('=');
+    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags()) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) {
+      throw InvalidArgument(concat("unknown argument '", args[i], "'; see ddp-train --help"));
+    }
+    if (flag->value.empty()) {
+      if (has_value) throw InvalidArgument(concat(name, " takes no value"));
+    } else if (!has_value) {
+      if (i + 1 >= args.size()) {
+        throw InvalidArgument(concat(name, " needs a value (", flag->value, ")"));
+      }
+      value = args[++i];
+    }
+    flag->set(options, value);
+  }
+  if (!options.download_md5.empty() && options.download_url.empty()) {
+    throw InvalidArgument("--download-md5 only applies together with --download-url");
+  }
+  return options;
+}
+
+std::string train_help() {
+  std::ostringstream out;
+  out << "ddp-train: train an image classifier with distributed data parallelism.\n\n"
+         "usage: ddp-train [FLAGS]                 train (defaults: the reference program)\n"
+         "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data --help)\n\n"
+         "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
+         "without any, ddp-train is a single process.\n\nflags:\n";
+  for (const Flag& f : flags()) {
+    std::string left = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
+    if (left.size() < 28) left.resize(28, ' ');
+    else left += "\n" + std::string(28, ' ');
+    out << left << f.help << "\n";
+  }
+  out << "  --help                    show this text\n";
+  return out.str();
+}
+
+}  // namespace ddp::train

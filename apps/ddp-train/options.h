@@ -1,0 +1,53 @@
+// ddp-train's flags: one table (name, value, help, setter) from which parsing, validation and
+// --help are all made, so the help cannot drift from the code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddp::train {
+
+/// Everything one training run is configured by; defaults are the reference program.
+struct TrainOptions {
+  // Data.
+  std::string dataset = "cifar10";
+  std::string data_dir;  // empty: the data set's default directory
+  bool download = false;
+  std::string download_url;  // empty: the official URL
+  std::string download_md5;  // empty: the official checksum
+  bool normalize = false;
+  bool random_crop = false;
+  bool horizontal_flip = false;
+  bool channels_last = false;
+  // Model and optimiser.
+  std::string model = "net";
+  int epochs = 10;
+  int64_t batch_size = 64;
+  double lr = 0.001;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  uint64_t seed = 0;
+  // Run.
+  int threads = 0;        // 0: cores / local workers, or OMP_NUM_THREADS
+  int64_t max_steps = 0;  // per epoch; 0: the whole epoch
+  std::string metrics;    // JSON lines file, written by rank 0
+  int64_t log_every = 50;
+  bool evaluate = true;
+  // Distributed.
+  std::string backend = "gloo";
+  std::string init_method = "env://";
+  double timeout = 300;             // seconds, for every collective
+  double rendezvous_timeout = 120;  // seconds, for all ranks to meet
+  double bucket_cap_mb = 25;
+  int nproc_per_node = 0;           // > 0: start this many workers of ddp-train
+};
+
+/// Parses argv (after the program name); throws InvalidArgument naming the flag on any mistake.
+/// Sets `help` instead of throwing when --help is given.
+TrainOptions parse_train_options(const std::vector<std::string>& args, bool& help);
+
+/// The --help text of the train command.
+std::string train_help();
+
+}  // namespace ddp::train

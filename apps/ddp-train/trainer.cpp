@@ -1,0 +1,280 @@
+#include "trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "ddp/data/dataset.h"
+#include "ddp/data/download.h"
+#include "ddp/data/loader.h"
+#include "ddp/ddp.h"
+#include "ddp/error.h"
+#include "ddp/metrics.h"
+#include "ddp/process_group.h"
+#include "ddp/sampler.h"
+#include "models/net.h"
+
+namespace ddp::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(int64_t(seconds * 1000));
+}
+
+// Sums `values` over all ranks in place (no-op without a group).
+void sum_over_ranks(ProcessGroup* group, std::vector<double>& values) {
+  if (group == nullptr || group->size() == 1) return;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  group->allreduce(t).wait();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[int64_t(i)].item<double>();
+}
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t total = 0;
+};
+
+// Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
+// result covers every test image exactly once.
+Evaluation evaluate(models::Net& model, const data::Dataset& test, const data::LoaderOptions& base,
+                    ProcessGroup* group, int rank, int world) {
+  const int64_t n = int64_t(test.size());
+  const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
+  std::vector<int64_t> indices;
+  for (int64_t i = begin; i < end; ++i) indices.push_back(i);
+  data::LoaderOptions options = base;
+  options.transforms.crop_padding = 0;
+  options.transforms.horizontal_flip = false;
+  options.batch_size = std::max<int64_t>(base.batch_size, 256);
+  data::Loader loader(test, options);
+  loader.start_epoch(indices, 0);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  std::vector<double> sums = {0, 0, 0};  // loss sum, correct, count
+  while (auto batch = loader.next()) {
+    const torch::Tensor logits = model->forward(batch->images);
+    sums[0] += torch::nn::functional::cross_entropy(
+                   logits, batch->labels,
+                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+    sums[1] += logits.argmax(1).eq(batch->labels).sum().item<double>();
+    sums[2] += double(batch->labels.size(0));
+  }
+  model->train();
+  sum_over_ranks(group, sums);
+  Evaluation result;
+  result.total = int64_t(sums[2]);
+  result.loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  result.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  return result;
+}
+
+data::TransformOptions make_transforms(const TrainOptions& o, data::DatasetKind kind) {
+  data::TransformOptions t;
+  t.normalize = o.normalize;
+  if (o.normalize) data::default_normalization(kind, t.mean, t.std);
+  t.crop_padding = o.random_crop ? 4 : 0;
+  t.horizontal_flip = o.horizontal_flip;
+  t.seed = o.seed;
+  return t;
+}
+
+// Phase times of the training steps of one epoch, on this rank.
+struct StepTimes {
+  double data_wait = 0, forward = 0, backward = 0, comm_exposed = 0, optimizer = 0;
+};
+
+}  // namespace
+
+int choose_threads(const TrainOptions& options, const WorldInfo& world, std::string& reason) {
+  if (options.threads > 0) {
+    reason = "--threads";
+    return options.threads;
+  }
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+    reason = "OMP_NUM_THREADS";
+    return parse_int(omp, "environment variable OMP_NUM_THREADS", 1, 1024);
+  }
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  reason = concat(cores, " cores / ", world.local_world_size, " local workers");
+  return std::max(1, cores / std::max(1, world.local_world_size));
+}
+
+std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& world) {
+  const int rank = world.rank;
+  const int world_size = world.world_size;
+  const bool is_root = rank == 0;
+  std::string thread_reason;
+  const int threads = choose_threads(o, world, thread_reason);
+  at::set_num_threads(threads);
+
+  std::shared_ptr<ProcessGroup> group;
+  if (world_size > 1) {
+    ProcessGroupOptions pg;
+    pg.backend = o.backend;
+    pg.init_method = o.init_method;
+    pg.timeout = to_ms(o.timeout);
+    pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
+    group = ProcessGroup::init(pg, world);
+  }
+  if (is_root) {
+    std::printf("ddp-train: world size %d (%s), backend %s, %d intra-op thread(s) per worker (%s)\n",
+                world_size, world.source.c_str(), world_size > 1 ? o.backend.c_str() : "none",
+                threads, thread_reason.c_str());
+  }
+
+  // Data: rank 0 downloads while the others wait, then everyone maps the same files.
+  const data::DatasetKind kind = data::parse_dataset_kind(o.dataset);
+  const std::string dir = o.data_dir.empty() ? data::default_data_dir(kind) : o.data_dir;
+  if (o.download) {
+    if (kind != data::DatasetKind::kCifar10) {
+      throw InvalidArgument("--download is only available for --dataset cifar10");
+    }
+    if (is_root) {
+      data::DownloadOptions d;
+      if (!o.download_url.empty()) d.url = o.download_url;
+      if (!o.download_md5.empty()) d.md5 = o.download_md5;
+      data::download_cifar10(dir, d);
+    }
+    if (group) group->barrier();
+  }
+  const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
+  const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
+  const data::ImageShape shape = train_set->shape();
+  if (shape.height != shape.width || shape.height % 4 != 0) {
+    throw DataError(concat(train_set->description(), ": images are ", shape.height, "x",
+                           shape.width, "; the net model needs square images with a side divisible by 4"));
+  }
+  if (is_root) {
+    std::printf("data: %s; %s\n", train_set->description().c_str(), test_set->description().c_str());
+  }
+
+  // The model, seeded before it is built, as the reference program does.
+  torch::manual_seed(o.seed);
+  models::Net model(shape.channels, shape.height, train_set->num_classes());
+  if (o.channels_last) {
+    // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+  }
+  std::optional<DistributedDataParallel<models::NetImpl>> ddp_model;
+  if (group) {
+    ddp_model.emplace(model, group, DDPOptions().bucket_cap_mb(o.bucket_cap_mb));
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(o.lr)
+                                                       .momentum(o.momentum)
+                                                       .weight_decay(o.weight_decay));
+
+  DistributedSampler sampler(int64_t(train_set->size()), world_size, rank,
+                             SamplerOptions{true, o.seed, false});
+  data::LoaderOptions loader_options;
+  loader_options.batch_size = o.batch_size;
+  loader_options.channels_last = o.channels_last;
+  loader_options.transforms = make_transforms(o, kind);
+  data::Loader loader(*train_set, loader_options);
+
+  MetricsWriter metrics(is_root ? o.metrics : "");
+  std::vector<EpochResult> results;
+  int64_t global_step = 0;
+  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+    sampler.set_epoch(epoch - 1);
+    loader.start_epoch(sampler.indices(), epoch - 1);
+    const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches())
+                                          : loader.num_batches();
+    StepTimes times;
+    torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+    int64_t images = 0;
+    const auto epoch_start = Clock::now();
+    for (int64_t step = 0; step < steps; ++step) {
+      auto t0 = Clock::now();
+      std::optional<data::Batch> batch = loader.next();
+      if (!batch) break;
+      auto t1 = Clock::now();
+      const torch::Tensor logits =
+          ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+      auto t2 = Clock::now();
+      optimizer.zero_grad();
+      loss.backward();
+      auto t3 = Clock::now();
+      optimizer.step();
+      auto t4 = Clock::now();
+      const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
+      times.data_wait += std::chrono::duration<double>(t1 - t0).count();
+      times.forward += std::chrono::duration<double>(t2 - t1).count();
+      times.backward += std::chrono::duration<double>(t3 - t2).count() - exposed;
+      times.comm_exposed += exposed;
+      times.optimizer += std::chrono::duration<double>(t4 - t3).count();
+      const int64_t count = batch->labels.size(0);
+      loss_sum += loss.detach().to(torch::kFloat64) * double(count);
+      images += count;
+      ++global_step;
+      if (is_root && global_step % o.log_every == 0) {
+        const double value = loss.item<double>();
+        metrics.write(JsonRecord()
+                          .add("step", global_step)
+                          .add("epoch", epoch)
+                          .add("loss", value)
+                          .add("lr", o.lr));
+        std::printf("epoch %d step %lld/%lld loss %.4f\n", epoch, (long long)(step + 1),
+                    (long long)steps, value);
+        std::fflush(stdout);
+      }
+    }
+    const double train_seconds = since(epoch_start);
+    std::vector<double> sums = {loss_sum.item<double>(), double(images)};
+    sum_over_ranks(group.get(), sums);
+    EpochResult r;
+    r.epoch = epoch;
+    r.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    r.seconds = train_seconds;
+    r.images_per_second = train_seconds > 0 ? sums[1] / train_seconds : 0;
+    Evaluation eval;
+    if (o.evaluate) {
+      eval = evaluate(model, *test_set, loader_options, group.get(), rank, world_size);
+      r.test_loss = eval.loss;
+      r.test_acc = eval.accuracy;
+    }
+    results.push_back(r);
+    if (is_root) {
+      JsonRecord record;
+      record.add("epoch", epoch).add("train_loss", r.train_loss);
+      if (o.evaluate) record.add("test_loss", r.test_loss).add("test_acc", r.test_acc);
+      record.add("epoch_seconds", r.seconds)
+          .add("images_per_second", r.images_per_second)
+          .add("data_wait_seconds", times.data_wait)
+          .add("forward_seconds", times.forward)
+          .add("backward_seconds", times.backward)
+          .add("comm_exposed_seconds", times.comm_exposed)
+          .add("optimizer_seconds", times.optimizer);
+      metrics.write(record);
+      if (o.evaluate) {
+        std::printf("epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.2f%% (%lld images)"
+                    "  %.1f s  %.0f img/s\n",
+                    epoch, o.epochs, r.train_loss, r.test_loss, 100 * r.test_acc,
+                    (long long)eval.total, r.seconds, r.images_per_second);
+      } else {
+        std::printf("epoch %d/%d  train_loss %.4f  %.1f s  %.0f img/s\n", epoch, o.epochs,
+                    r.train_loss, r.seconds, r.images_per_second);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return results;
+}
+
+}  // namespace ddp::train

@@ -1,0 +1,81 @@
+// The prefetching loader: a background thread assembles the next batches (index → uint8 pixels
+// → transformed float32) while the model trains on the current one, so a step never waits for
+// data. The time next() spends waiting is measured, so the claim can be checked.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "ddp/data/dataset.h"
+#include "ddp/data/transforms.h"
+
+namespace ddp::data {
+
+/// One batch: images [B, C, H, W] float32 and labels [B] int64.
+struct Batch {
+  torch::Tensor images;
+  torch::Tensor labels;
+  int64_t index = 0;  // position in the epoch
+};
+
+/// How batches are cut and made.
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool drop_last = false;      // false keeps the last partial batch, as PyTorch's DataLoader
+  int prefetch = 4;            // batches made ahead of time
+  bool channels_last = false;  // images in NHWC memory (same logical shape)
+  TransformOptions transforms;
+};
+
+/// Batches over a list of indices into a data set; one epoch at a time.
+class Loader {
+ public:
+  Loader(const Dataset& dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// Starts producing the batches of `indices` (in order) for `epoch`; any epoch in progress is
+  /// abandoned. `skip_batches` first batches are not produced (resuming mid-epoch).
+  void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t skip_batches = 0);
+
+  /// The next batch, or nothing at the end of the epoch. Rethrows an error of the producer.
+  std::optional<Batch> next();
+
+  /// Number of batches the current epoch has in all.
+  int64_t num_batches() const;
+  /// Seconds next() spent blocked since start_epoch.
+  double wait_seconds() const { return wait_seconds_; }
+
+  /// Makes one batch directly (no thread): used by the producer and by tests.
+  Batch make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch_index) const;
+
+ private:
+  void stop();
+  void produce(int64_t first_batch);
+
+  const Dataset& dataset_;
+  LoaderOptions options_;
+  std::vector<int64_t> indices_;
+  int64_t epoch_ = 0;
+  int64_t next_expected_ = 0;  // batches handed out, counting skipped ones
+
+  std::thread producer_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Batch> ready_;
+  bool stopping_ = false;
+  bool finished_ = false;
+  std::exception_ptr error_;
+  double wait_seconds_ = 0;
+};
+
+}  // namespace ddp::data

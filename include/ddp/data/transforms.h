@@ -1,0 +1,34 @@
+// Turning uint8 CHW images into the float batch the model sees. The default is exactly
+// torchvision's ToTensor() (float32, divided by 255); normalisation, random crop with padding and
+// horizontal flip are optional. Random choices come from (seed, epoch, batch index) alone, so a
+// batch is the same whichever thread makes it and whenever — runs are reproducible and resumable.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ddp/data/dataset.h"
+
+namespace ddp::data {
+
+/// The optional per-batch transforms; all off by default.
+struct TransformOptions {
+  bool normalize = false;
+  std::vector<float> mean;  // one per channel, used when normalize
+  std::vector<float> std;   // one per channel, used when normalize
+  int crop_padding = 0;     // > 0: random crop of the original size after zero padding
+  bool horizontal_flip = false;
+  uint64_t seed = 0;
+};
+
+/// Per-channel mean and standard deviation commonly used for each data set's normalisation.
+void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vector<float>& std);
+
+/// Writes image `index` of `dataset`, transformed, as floats into `out` (shape().bytes()
+/// values). `epoch` and `batch` seed the random transforms; `slot` is its place in the batch.
+void transform_image(const Dataset& dataset, size_t index, const TransformOptions& options,
+                     int64_t epoch, int64_t batch, size_t slot, float* out);
+
+}  // namespace ddp::data

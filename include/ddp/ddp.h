@@ -1,0 +1,114 @@
+// DistributedDataParallel for any torch::nn::Module: the same model on every rank, gradients
+// averaged by all-reduce while backward is still running. Wrap the module, call forward through
+// the wrapper, then loss.backward() and optimizer.step() as usual — nothing else to call.
+//
+//   auto group = ddp::ProcessGroup::init({});
+//   ddp::DistributedDataParallel model(Net(), group);
+//   auto loss = torch::cross_entropy_loss(model.forward(x), y);
+//   loss.backward();  // gradients are averaged over ranks when this returns
+#pragma once
+
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ddp/comm_hook.h"
+#include "ddp/process_group.h"
+#include "ddp/reducer.h"
+
+namespace ddp {
+
+namespace detail {
+inline void collect_tensors(const torch::Tensor& t, std::vector<torch::Tensor>& out) {
+  out.push_back(t);
+}
+inline void collect_tensors(const std::vector<torch::Tensor>& ts, std::vector<torch::Tensor>& out) {
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+template <typename... T>
+void collect_tensors(const std::tuple<T...>& tuple, std::vector<torch::Tensor>& out) {
+  std::apply([&](const auto&... parts) { (collect_tensors(parts, out), ...); }, tuple);
+}
+template <typename T>
+void collect_tensors(const T&, std::vector<torch::Tensor>&) {}  // not a tensor: nothing to trace
+}  // namespace detail
+
+/// RAII guard of DistributedDataParallel::no_sync(): backward inside accumulates gradients
+/// locally; the first backward after it communicates the accumulated sum.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync()) {
+    reducer_.set_sync(false);
+  }
+  ~NoSyncGuard() { reducer_.set_sync(previous_); }
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+ private:
+  Reducer& reducer_;
+  bool previous_;
+};
+
+/// Wraps a module of type `ModuleType` (a torch::nn::Module subclass with forward()).
+template <typename ModuleType>
+class DistributedDataParallel {
+ public:
+  /// Checks the module against every rank's, copies rank 0's parameters and buffers, buckets
+  /// the gradients and installs the hooks (see Reducer).
+  DistributedDataParallel(std::shared_ptr<ModuleType> module, std::shared_ptr<ProcessGroup> group,
+                          DDPOptions options = {})
+      : module_(std::move(module)), reducer_(module_, std::move(group), options) {}
+
+  /// The same, from a module holder (`Net net; DistributedDataParallel ddp(net, group);`).
+  DistributedDataParallel(torch::nn::ModuleHolder<ModuleType> module,
+                          std::shared_ptr<ProcessGroup> group, DDPOptions options = {})
+      : DistributedDataParallel(module.ptr(), std::move(group), options) {}
+
+  /// Runs the module's forward, prepared for a synchronised backward.
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    reducer_.before_forward();
+    auto output = module_->forward(std::forward<Args>(args)...);
+    std::vector<torch::Tensor> tensors;
+    detail::collect_tensors(output, tensors);
+    reducer_.after_forward(tensors);
+    return output;
+  }
+
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+
+  /// Backward passes inside the returned guard's lifetime do not communicate.
+  NoSyncGuard no_sync() { return NoSyncGuard(reducer_); }
+
+  /// The wrapped module (evaluate with it directly to skip the buffer broadcast).
+  const std::shared_ptr<ModuleType>& module() const { return module_; }
+  ModuleType* operator->() const { return module_.get(); }
+  std::vector<torch::Tensor> parameters() const { return module_->parameters(); }
+  void train(bool on = true) { module_->train(on); }
+  void eval() { module_->eval(); }
+
+  /// Replaces the default all-reduce (before the first backward).
+  void register_comm_hook(std::unique_ptr<CommHook> hook) { reducer_.set_comm_hook(std::move(hook)); }
+
+  Reducer& reducer() { return reducer_; }
+  const ReducerStats& stats() const { return reducer_.stats(); }
+
+ private:
+  std::shared_ptr<ModuleType> module_;
+  Reducer reducer_;
+};
+
+template <typename M>
+DistributedDataParallel(torch::nn::ModuleHolder<M>, std::shared_ptr<ProcessGroup>)
+    -> DistributedDataParallel<M>;
+template <typename M>
+DistributedDataParallel(torch::nn::ModuleHolder<M>, std::shared_ptr<ProcessGroup>, DDPOptions)
+    -> DistributedDataParallel<M>;
+
+}  // namespace ddp

@@ -1,0 +1,65 @@
+// The exceptions ddp.cpp throws. A user mistake or a bad file is a ddp::Error whose message says
+// what was wrong, where (file, flag, rank) and what to do; the CLIs print it as one line and exit
+// non-zero. Subclasses let callers and tests tell the kinds apart.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ddp {
+
+/// Base of every error ddp.cpp reports to its user.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A flag, option, environment variable or argument with a value that cannot be used.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file that is missing, unreadable or unwritable.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file that exists but whose contents are wrong (bad magic, size, label, truncation).
+class DataError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A wait (rendezvous, collective, child process) that ran past its limit.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Ranks that disagree (world size, model shape) or a peer that failed.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+inline void append(std::ostringstream&) {}
+template <typename T, typename... Rest>
+void append(std::ostringstream& out, const T& first, const Rest&... rest) {
+  out << first;
+  append(out, rest...);
+}
+}  // namespace detail
+
+/// Concatenates its arguments into one message: `concat("bad size ", n, " in ", path)`.
+template <typename... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream out;
+  detail::append(out, parts...);
+  return out.str();
+}
+
+}  // namespace ddp

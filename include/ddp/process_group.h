@@ -1,0 +1,116 @@
+// Joining the job: rendezvous through a c10d store (init_method env://, tcp://host:port or
+// file://path), then a c10d process group for the collectives (gloo on CPU; nccl and mpi where
+// LibTorch has them). Everything the rest of ddp.cpp needs from c10d goes through this class,
+// so c10d's differences between LibTorch versions stay in src/process_group.cpp.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/types.h>
+
+#include "ddp/world.h"
+
+namespace c10d {
+class Store;
+class Work;
+}  // namespace c10d
+
+namespace ddp {
+
+/// How to join: the PyTorch init_process_group arguments.
+struct ProcessGroupOptions {
+  /// "gloo" (CPU), "nccl" (CUDA builds), "mpi" (MPI builds).
+  std::string backend = "gloo";
+  /// "env://", "tcp://host:port" or "file:///path".
+  std::string init_method = "env://";
+  /// Overrides of the rank and world size the environment gives (-1: use the environment).
+  int rank = -1;
+  int world_size = -1;
+  /// Limit for every collective; a peer that stops answering fails the job after this.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  /// Limit for all ranks to meet at the start (store reachable, every rank present).
+  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(2);
+  /// Local address for the collectives' sockets; empty: loopback when the master is loopback,
+  /// else GLOO_SOCKET_IFNAME's interface, else the address that routes to the master.
+  std::string bind_address;
+};
+
+/// Handle on one asynchronous collective.
+class Work {
+ public:
+  explicit Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank);
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+  ~Work();
+  /// Blocks until done; throws DistributedError naming the collective and rank on failure.
+  void wait();
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  int rank_;
+};
+
+/// The ranks of one job and the collectives between them.
+class ProcessGroup {
+ public:
+  /// Joins the job described by `options` and `world` (rank, world size and master come from
+  /// `world` unless `options` overrides them). Throws InvalidArgument for a bad init method or
+  /// backend, TimeoutError / DistributedError when the ranks cannot meet in time.
+  static std::shared_ptr<ProcessGroup> init(const ProcessGroupOptions& options,
+                                            const WorldInfo& world = WorldInfo::from_environment());
+
+  /// A group over an existing store (tests: one thread per rank over a HashStore).
+  static std::shared_ptr<ProcessGroup> init_with_store(c10::intrusive_ptr<c10d::Store> store,
+                                                       int rank, int world_size,
+                                                       const ProcessGroupOptions& options = {});
+
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// Starts an in-place sum over all ranks of a dense tensor.
+  Work allreduce(torch::Tensor& tensor);
+  /// Starts an in-place max over all ranks.
+  Work allreduce_max(torch::Tensor& tensor);
+  /// Starts copying rank `root`'s `tensor` into every rank's `tensor`.
+  Work broadcast(torch::Tensor& tensor, int root = 0);
+  /// Every rank's `tensor`, in rank order (blocking).
+  std::vector<torch::Tensor> allgather(const torch::Tensor& tensor);
+  /// Waits until every rank has called barrier().
+  void barrier();
+
+  /// The rendezvous store (for small out-of-band exchanges; keys get a unique prefix).
+  c10d::Store& store() { return *store_; }
+  /// A key prefix unique to this call on this rank and the same on every rank when ranks call
+  /// it in the same order ("ddp/3/what/").
+  std::string unique_prefix(const std::string& what);
+
+ private:
+  ProcessGroup() = default;
+  void check_rendezvous(std::chrono::milliseconds timeout);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  struct Backend;
+  std::unique_ptr<Backend> backend_impl_;
+  std::string backend_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::chrono::milliseconds timeout_{0};
+  int prefix_counter_ = 0;
+};
+
+/// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_address(const std::string& host);
+
+/// Parses "tcp://host:port" into its parts; throws InvalidArgument naming the flag otherwise.
+void parse_tcp_url(const std::string& url, std::string& host, int& port);
+
+}  // namespace ddp

@@ -1,0 +1,48 @@
+// DistributedSampler with PyTorch's exact semantics: every rank sees a disjoint shard of the
+// data set (padded to equal length by repeating indices, or truncated with drop_last), shuffled
+// by randperm with a generator seeded seed + epoch, so call set_epoch() every epoch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ddp {
+
+/// Options of DistributedSampler, with torch.utils.data.distributed.DistributedSampler's
+/// defaults.
+struct SamplerOptions {
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+};
+
+/// The indices one rank visits in one epoch.
+class DistributedSampler {
+ public:
+  /// `dataset_size` items over `world_size` ranks; this is rank `rank`'s sampler. Throws
+  /// InvalidArgument for rank outside [0, world_size) or an empty data set with drop_last.
+  DistributedSampler(int64_t dataset_size, int world_size, int rank, SamplerOptions options = {});
+
+  /// Chooses the epoch whose order indices() returns (the seed is seed + epoch).
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+
+  /// This rank's indices for the current epoch, in visiting order.
+  std::vector<int64_t> indices() const;
+
+  /// Number of indices per rank (the same on every rank).
+  int64_t num_samples() const { return num_samples_; }
+  /// Number of indices over all ranks (num_samples() * world size).
+  int64_t total_size() const { return total_size_; }
+
+ private:
+  int64_t dataset_size_;
+  int world_size_;
+  int rank_;
+  SamplerOptions options_;
+  int64_t epoch_ = 0;
+  int64_t num_samples_;
+  int64_t total_size_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,27 @@
+#include "models/net.h"
+
+namespace ddp::models {
+
+NetImpl::NetImpl(int64_t in_channels, int64_t side, int64_t num_classes) {
+  namespace nn = torch::nn;
+  conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 3).stride(1).padding(1)));
+  conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(64, 128, 3).stride(1).padding(1)));
+  const int64_t pooled = side / 4;  // two 2x2 max-pools
+  fc = register_module("fc", nn::Linear(128 * pooled * pooled, num_classes));
+}
+
+torch::Tensor NetImpl::forward(torch::Tensor x) {
+  x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2, 2);
+  x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2, 2);
+  return fc->forward(torch::flatten(x, 1));
+}
+
+double net_forward_flops(int64_t in_channels, int64_t side, int64_t num_classes) {
+  const double s2 = double(side * side);
+  const double conv1 = 2.0 * s2 * 64 * in_channels * 9;
+  const double conv2 = 2.0 * (s2 / 4) * 128 * 64 * 9;
+  const double fc = 2.0 * 128 * (s2 / 16) * num_classes;
+  return conv1 + conv2 + fc;
+}
+
+}  // namespace ddp::models

@@ -1,0 +1,100 @@
+#include "ddp/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ddp/error.h"
+
+namespace ddp {
+namespace {
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  std::string tmp_template = path + ".tmp-XXXXXX";
+  std::vector<char> name(tmp_template.begin(), tmp_template.end());
+  name.push_back('\0');
+  int fd = ::mkstemp(name.data());
+  if (fd < 0) {
+    throw IoError(concat("cannot create a file next to ", path, ": ", std::strerror(errno),
+                      "; check that the directory exists and is writable"));
+  }
+  const std::string tmp(name.data());
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IoError(concat("cannot write ", path, " (", what, "): ", std::strerror(err),
+                      "; the previous file, if any, is untouched"));
+  };
+  const char* p = static_cast<const char*>(data);
+  size_t left = size;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    p += n;
+    left -= size_t(n);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("chmod");
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    fd = -1;
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(concat("cannot write ", path, " (close): ", std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(concat("cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
+  }
+  fsync_dir(parent_dir(path));
+}
+
+void make_directories(const std::string& dir) {
+  if (dir.empty()) return;
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw IoError(concat("cannot create directory ", partial, ": ", std::strerror(errno)));
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw IoError(concat(dir, " exists but is not a directory"));
+  }
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace ddp

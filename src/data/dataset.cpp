@@ -1,0 +1,55 @@
+#include "ddp/data/dataset.h"
+
+#include "ddp/data/cifar10.h"
+#include "ddp/data/idx.h"
+#include "ddp/error.h"
+
+namespace ddp::data {
+
+const char* split_name(Split split) { return split == Split::kTrain ? "train" : "test"; }
+
+DatasetKind parse_dataset_kind(const std::string& name, const std::string& flag) {
+  if (name == "cifar10" || name == "cifar-10") return DatasetKind::kCifar10;
+  if (name == "fashion-mnist" || name == "fashion_mnist") return DatasetKind::kFashionMnist;
+  if (name == "mnist") return DatasetKind::kMnist;
+  throw InvalidArgument(
+      concat(flag, ": unknown data set '", name, "'; use cifar10, fashion-mnist or mnist"));
+}
+
+const char* dataset_kind_name(DatasetKind kind) {
+  switch (kind) {
+    case DatasetKind::kCifar10:
+      return "cifar10";
+    case DatasetKind::kFashionMnist:
+      return "fashion-mnist";
+    case DatasetKind::kMnist:
+      return "mnist";
+  }
+  return "?";
+}
+
+std::string default_data_dir(DatasetKind kind) {
+  switch (kind) {
+    case DatasetKind::kCifar10:
+      return "data";
+    case DatasetKind::kFashionMnist:
+      return "/usr/share/datasets/fashion-mnist";  // Debian's dataset-fashion-mnist
+    case DatasetKind::kMnist:
+      return "data/mnist";
+  }
+  return "data";
+}
+
+std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, Split split) {
+  switch (kind) {
+    case DatasetKind::kCifar10:
+      return std::make_unique<Cifar10Dataset>(dir, split);
+    case DatasetKind::kFashionMnist:
+      return std::make_unique<IdxDataset>(dir, split, "Fashion-MNIST");
+    case DatasetKind::kMnist:
+      return std::make_unique<IdxDataset>(dir, split, "MNIST");
+  }
+  throw InvalidArgument("unknown data set kind");
+}
+
+}  // namespace ddp::data

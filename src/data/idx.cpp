@@ -1,0 +1,120 @@
+#include "ddp/data/idx.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "ddp/error.h"
+
+namespace ddp::data {
+namespace {
+
+constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned bytes, 3 dimensions
+constexpr uint32_t kLabelsMagic = 0x00000801;  // unsigned bytes, 1 dimension
+constexpr int kMaxSide = 4096;
+
+uint32_t read_be32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+
+
+// The file of `base` in `dir`, preferring the gzip one as the downloads ship it.
+std::string find_idx_file(const std::string& dir, const std::string& base, const std::string& what) {
+  for (const std::string& candidate : {dir + "/" + base + ".gz", dir + "/" + base}) {
+    if (std::FILE* f = std::fopen(candidate.c_str(), "rb")) {
+      std::fclose(f);
+      return candidate;
+    }
+  }
+  throw IoError(concat(what, " not found: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
+                    " exists; pass --data-dir pointing at the directory holding the IDX files"));
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) {
+  gzFile gz = gzopen(path.c_str(), "rb");  // reads plain files unchanged
+  if (gz == nullptr) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(gz, gzclose_r);
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  while (true) {
+    const int n = gzread(gz, chunk.data(), unsigned(chunk.size()));
+    if (n < 0) {
+      int code = 0;
+      const char* msg = gzerror(gz, &code);
+      throw DataError(concat(path, ": cannot decompress (", msg, "); the gzip file is corrupt"));
+    }
+    if (n == 0) break;
+    if (out.size() + size_t(n) > max_bytes) {
+      throw DataError(concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
+    }
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  // gzread returns 0 at a truncated stream too; gzerror tells them apart.
+  int code = Z_OK;
+  const char* msg = gzerror(gz, &code);
+  if (code != Z_OK && code != Z_STREAM_END) {
+    throw DataError(concat(path, ": truncated or corrupt gzip data (", msg, ")"));
+  }
+  gzFile raw = closer.release();
+  if (gzclose_r(raw) == Z_BUF_ERROR) {
+    throw DataError(concat(path, ": truncated gzip file (ends in the middle of the stream)"));
+  }
+  return out;
+}
+
+const char* IdxDataset::file_prefix(Split split) { return split == Split::kTrain ? "train" : "t10k"; }
+
+IdxDataset::IdxDataset(const std::string& dir, Split split, const std::string& name) {
+  const std::string prefix = file_prefix(split);
+  const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte", name + " images");
+  const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte", name + " labels");
+
+  // Labels first: their count bounds what the image file may hold.
+  labels_ = read_maybe_gzip(labels_path, size_t(1) << 31);
+  if (labels_.size() < 8 || read_be32(labels_.data()) != kLabelsMagic) {
+    throw DataError(concat(labels_path, ": not an IDX label file (expected magic 0x00000801)"));
+  }
+  const size_t count = read_be32(labels_.data() + 4);
+  if (labels_.size() - 8 != count) {
+    throw DataError(concat(labels_path, ": header says ", count, " labels but the file holds ",
+                        labels_.size() - 8, "; the file is truncated or corrupt"));
+  }
+  labels_.erase(labels_.begin(), labels_.begin() + 8);
+  for (size_t i = 0; i < labels_.size(); ++i) {
+    if (labels_[i] >= 10) {
+      throw DataError(concat(labels_path, ": label ", i, " is ", int(labels_[i]),
+                          ", but this data set has 10 classes (0-9)"));
+    }
+  }
+
+  std::vector<uint8_t> raw = read_maybe_gzip(images_path, 16 + count * size_t(kMaxSide) * kMaxSide);
+  if (raw.size() < 16 || read_be32(raw.data()) != kImagesMagic) {
+    throw DataError(concat(images_path, ": not an IDX image file (expected magic 0x00000803)"));
+  }
+  const size_t n = read_be32(raw.data() + 4);
+  const size_t rows = read_be32(raw.data() + 8);
+  const size_t cols = read_be32(raw.data() + 12);
+  if (n != count) {
+    throw DataError(concat(images_path, ": ", n, " images but ", labels_path, " has ", count,
+                        " labels; the two files do not belong together"));
+  }
+  if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
+    throw DataError(concat(images_path, ": image dimensions ", rows, "x", cols, " are not plausible"));
+  }
+  if (raw.size() - 16 != n * rows * cols) {
+    throw DataError(concat(images_path, ": header says ", n, " images of ", rows, "x", cols, " = ",
+                        n * rows * cols, " bytes, but the file holds ", raw.size() - 16,
+                        "; the file is truncated or corrupt"));
+  }
+  raw.erase(raw.begin(), raw.begin() + 16);
+  images_ = std::move(raw);
+  shape_ = {1, int(rows), int(cols)};
+  description_ = concat(name, " ", split_name(split), ", ", count, " images from ", dir);
+}
+
+}  // namespace ddp::data

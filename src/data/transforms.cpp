@@ -1,0 +1,80 @@
+#include "ddp/data/transforms.h"
+
+#include <random>
+
+#include "ddp/error.h"
+
+namespace ddp::data {
+namespace {
+
+// One generator per image, derived from its batch coordinates (SplitMix64 mixing).
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vector<float>& std) {
+  switch (kind) {
+    case DatasetKind::kCifar10:
+      mean = {0.4914f, 0.4822f, 0.4465f};
+      std = {0.2470f, 0.2435f, 0.2616f};
+      return;
+    case DatasetKind::kFashionMnist:
+      mean = {0.2860f};
+      std = {0.3530f};
+      return;
+    case DatasetKind::kMnist:
+      mean = {0.1307f};
+      std = {0.3081f};
+      return;
+  }
+}
+
+void transform_image(const Dataset& dataset, size_t index, const TransformOptions& options,
+                     int64_t epoch, int64_t batch, size_t slot, float* out) {
+  const ImageShape shape = dataset.shape();
+  const uint8_t* in = dataset.image(index);
+  const int pad = options.crop_padding;
+  int dy = 0, dx = 0;
+  bool flip = false;
+  if (pad > 0 || options.horizontal_flip) {
+    std::mt19937_64 rng(mix(options.seed ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
+    if (pad > 0) {
+      dy = int(rng() % uint64_t(2 * pad + 1)) - pad;
+      dx = int(rng() % uint64_t(2 * pad + 1)) - pad;
+    }
+    flip = options.horizontal_flip && (rng() & 1);
+  }
+  const int H = shape.height, W = shape.width;
+  for (int c = 0; c < shape.channels; ++c) {
+    float scale = 1.0f / 255.0f, shift = 0.0f;
+    if (options.normalize) {
+      // (x/255 - mean) / std, folded into one multiply-add.
+      scale = 1.0f / (255.0f * options.std[size_t(c)]);
+      shift = -options.mean[size_t(c)] / options.std[size_t(c)];
+    }
+    const uint8_t* plane = in + size_t(c) * H * W;
+    float* dst = out + size_t(c) * H * W;
+    if (pad == 0 && !flip) {
+      for (int i = 0; i < H * W; ++i) dst[i] = float(plane[i]) * scale + shift;
+      continue;
+    }
+    for (int y = 0; y < H; ++y) {
+      const int sy = y + dy;
+      for (int x = 0; x < W; ++x) {
+        const int ox = flip ? W - 1 - x : x;
+        const int sx = ox + dx;
+        const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
+        // Padding is zero in pixel space, as torchvision pads before ToTensor/Normalize.
+        const float v = inside ? float(plane[sy * W + sx]) : 0.0f;
+        dst[y * W + x] = v * scale + shift;
+      }
+    }
+  }
+}
+
+}  // namespace ddp::data

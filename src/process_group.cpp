@@ -1,0 +1,267 @@
+#include "ddp/process_group.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "ddp/error.h"
+#include "torch_compat.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
+
+// The local address the kernel would use to reach `host` (connecting a UDP socket sends nothing).
+std::string route_address_to(const std::string& host, int port) {
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(uint16_t(port));
+  if (inet_pton(AF_INET, host.c_str(), &target.sin_addr) != 1) return "";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  std::string result;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf)) {
+      result = buf;
+    }
+  }
+  ::close(fd);
+  return result;
+}
+
+std::string first_line(const std::string& text) {
+  const size_t nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+}  // namespace
+
+bool is_loopback_address(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+void parse_tcp_url(const std::string& url, std::string& host, int& port) {
+  const std::string scheme = "tcp://";
+  const size_t colon = url.rfind(':');
+  if (url.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size()) {
+    throw InvalidArgument(concat("--init-method: '", url, "' is not of the form tcp://HOST:PORT"));
+  }
+  host = url.substr(scheme.size(), colon - scheme.size());
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) throw InvalidArgument(concat("--init-method: '", url, "' has no host"));
+  port = parse_int(url.substr(colon + 1), "--init-method port", 1, 65535);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct ProcessGroup::Backend {
+  c10::intrusive_ptr<compat::GlooGroup> gloo;
+};
+
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank)
+    : work_(std::move(work)), what_(std::move(what)), rank_(rank) {}
+Work::Work(Work&&) noexcept = default;
+Work& Work::operator=(Work&&) noexcept = default;
+Work::~Work() = default;
+
+void Work::wait() {
+  if (!work_) return;
+  try {
+    work_->wait();
+  } catch (const c10::Error& e) {
+    throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ",
+                               first_line(e.what_without_backtrace()),
+                               " (a peer rank exited, or stopped answering within the timeout)"));
+  } catch (const std::exception& e) {
+    throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
+  }
+  work_.reset();
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& options,
+                                                 const WorldInfo& world) {
+  const int rank = options.rank >= 0 ? options.rank : world.rank;
+  const int size = options.world_size >= 0 ? options.world_size : world.world_size;
+  if (size < 1) throw InvalidArgument(concat("world size ", size, " must be at least 1"));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument(concat("rank ", rank, " is not in [0, ", size, ") for world size ", size));
+  }
+  const std::string& url = options.init_method;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string master_host = world.master_addr;
+  try {
+    if (url == "env://") {
+      if (size > 1 && !world.master_port_set) {
+        throw InvalidArgument(
+            "init method env:// needs MASTER_ADDR and MASTER_PORT (set by torchrun, ddprun or "
+            "you); or pass --init-method tcp://HOST:PORT");
+      }
+      // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
+      const bool server = rank == 0 && !world.agent_store;
+      store = compat::make_tcp_store(master_host, world.master_port, server, size,
+                                     options.rendezvous_timeout);
+    } else if (url.rfind("tcp://", 0) == 0) {
+      int port = 0;
+      parse_tcp_url(url, master_host, port);
+      store = compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
+    } else if (url.rfind("file://", 0) == 0) {
+      const std::string path = url.substr(7);
+      if (path.empty()) throw InvalidArgument("--init-method file:// needs a path: file:///tmp/x");
+      store = c10::make_intrusive<c10d::FileStore>(path, size);
+      store->setTimeout(options.rendezvous_timeout);
+      master_host = "127.0.0.1";
+    } else {
+      throw InvalidArgument(concat("--init-method: '", url,
+                                "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
+    }
+  } catch (const c10::Error& e) {
+    const std::string msg = first_line(e.what_without_backtrace());
+    const bool in_use = msg.find("in use") != std::string::npos ||
+                        msg.find("EADDRINUSE") != std::string::npos;
+    if (in_use) {
+      throw DistributedError(concat("rank 0: cannot host the store for ", url, ": the port is in use (",
+                                 msg, "); choose another port (--master-port / --init-method)"));
+    }
+    throw DistributedError(concat("rank ", rank, ": cannot reach the store for ", url, " within ",
+                               seconds(options.rendezvous_timeout), " s: ", msg,
+                               "; check that rank 0 is running and the address is right"));
+  }
+  ProcessGroupOptions resolved = options;
+  if (resolved.bind_address.empty() && !is_loopback_address(master_host) &&
+      std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
+    resolved.bind_address = route_address_to(master_host, world.master_port);
+  }
+  return init_with_store(store, rank, size, resolved);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c10d::Store> store,
+                                                            int rank, int world_size,
+                                                            const ProcessGroupOptions& options) {
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup());
+  group->store_ = c10::make_intrusive<c10d::PrefixStore>("ddp", store);
+  group->rank_ = rank;
+  group->size_ = world_size;
+  group->backend_ = options.backend;
+  group->timeout_ = options.timeout;
+  if (options.backend == "nccl" || options.backend == "mpi") {
+    // Debian's libtorch 1.13.1 is built without CUDA and MPI; builds that have them define these.
+#if !defined(USE_C10D_NCCL)
+    if (options.backend == "nccl") {
+      throw InvalidArgument("--backend nccl: this LibTorch was built without CUDA/NCCL; use gloo");
+    }
+#endif
+#if !defined(USE_C10D_MPI)
+    if (options.backend == "mpi") {
+      throw InvalidArgument("--backend mpi: this LibTorch was built without MPI; use gloo");
+    }
+#endif
+    throw InvalidArgument(concat("--backend ", options.backend, " is not wired up yet; use gloo"));
+  }
+  if (options.backend != "gloo") {
+    throw InvalidArgument(concat("--backend: unknown backend '", options.backend, "'; use gloo"));
+  }
+  group->check_rendezvous(options.rendezvous_timeout);
+  std::string host = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  try {
+    group->backend_impl_ = std::make_unique<Backend>();
+    group->backend_impl_->gloo =
+        compat::make_gloo(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size,
+                          options.timeout, host, options.bind_address.empty() && ifname ? ifname : "");
+  } catch (const std::exception& e) {
+    throw DistributedError(concat("rank ", rank, ": cannot connect the gloo process group (bound to ",
+                               ifname && options.bind_address.empty() ? ifname : host, "): ",
+                               first_line(e.what())));
+  }
+  return group;
+}
+
+void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
+  // Each rank announces itself with its world size; every rank then waits for all of them. A
+  // rank started with another world size, or twice with the same rank, is named in the error.
+  const std::string me = "rendezvous/rank/" + std::to_string(rank_);
+  const int64_t copies = store_->add(me + "/count", 1);
+  if (copies > 1) {
+    throw DistributedError(concat("rank ", rank_, " joined twice; every process needs its own RANK"));
+  }
+  const std::string mine = std::to_string(size_);
+  store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
+  const auto deadline = Clock::now() + timeout;
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    const std::string key = "rendezvous/rank/" + std::to_string(r);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      store_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception&) {
+      missing.push_back(r);
+      continue;
+    }
+    const std::vector<uint8_t> theirs = store_->get(key);
+    const std::string their_size(theirs.begin(), theirs.end());
+    if (their_size != mine) {
+      throw DistributedError(concat("rank ", rank_, " was started with world size ", size_, " but rank ",
+                                 r, " with world size ", their_size,
+                                 "; start every rank with the same WORLD_SIZE"));
+    }
+  }
+  if (!missing.empty()) {
+    std::ostringstream list;
+    for (size_t i = 0; i < missing.size(); ++i) list << (i ? ", " : "") << missing[i];
+    throw TimeoutError(concat("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
+                           " s waiting for rank(s) ", list.str(), " of world size ", size_,
+                           "; they did not start, cannot reach the master, or were given another "
+                           "world size"));
+  }
+}
+
+Work ProcessGroup::allreduce(torch::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  return Work(backend_impl_->gloo->allreduce(tensors), "all-reduce", rank_);
+}
+
+Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  return Work(backend_impl_->gloo->allreduce(tensors, opts), "all-reduce(max)", rank_);
+}
+
+Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return Work(backend_impl_->gloo->broadcast(tensors, opts), "broadcast", rank_);
+}
+
+std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
+  std::vector<at::Tensor> inputs{tensor};
+  Work(backend_impl_->gloo->allgather(outputs, inputs), "all-gather", rank_).wait();
+  return outputs[0];
+}
+
+void ProcessGroup::barrier() {
+  Work(backend_impl_->gloo->barrier(), "barrier", rank_).wait();
+}
+
+std::string ProcessGroup::unique_prefix(const std::string& what) {
+  return concat(what, "/", prefix_counter_++, "/");
+}
+
+}  // namespace ddp

@@ -1,0 +1,499 @@
+#include "ddp/reducer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "torch_compat.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Bucket {
+  torch::Tensor buffer;             // flat storage of every gradient in the bucket
+  std::vector<size_t> params;       // parameter indices, in layout order
+  int pending = 0;                  // gradients not yet ready this iteration
+  std::unique_ptr<PendingReduction> reduction;
+};
+
+std::string describe(const torch::Tensor& t) {
+  return concat(c10::toString(t.scalar_type()), t.sizes());
+}
+
+// One line per parameter and buffer: what must agree across ranks.
+std::vector<std::string> module_signature(const torch::nn::Module& module) {
+  std::vector<std::string> lines;
+  for (const auto& p : module.named_parameters(true)) {
+    lines.push_back(concat("parameter ", p.key(), " ", describe(p.value())));
+  }
+  for (const auto& b : module.named_buffers(true)) {
+    lines.push_back(concat("buffer ", b.key(), " ", describe(b.value())));
+  }
+  return lines;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t nl = text.find('\n', start);
+    lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+// How rank r's signature differs from rank 0's, or "" when it does not.
+std::string signature_difference(const std::vector<std::string>& root,
+                                 const std::vector<std::string>& other, int rank) {
+  for (size_t i = 0; i < std::min(root.size(), other.size()); ++i) {
+    if (root[i] != other[i]) {
+      return concat("entry ", i, " is '", root[i], "' on rank 0 but '", other[i], "' on rank ", rank);
+    }
+  }
+  if (root.size() != other.size()) {
+    const auto& longer = root.size() > other.size() ? root : other;
+    return concat("rank 0 has ", root.size(), " parameters and buffers, rank ", rank, " has ",
+               other.size(), " (first extra: '", longer[std::min(root.size(), other.size())], "')");
+  }
+  return "";
+}
+
+}  // namespace
+
+struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<ProcessGroup> group;
+  DDPOptions options;
+  std::unique_ptr<CommHook> hook = std::make_unique<AllReduceHook>();
+
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: hooks live there
+  std::unordered_map<const torch::autograd::Node*, size_t> accumulator_index;
+  std::vector<torch::Tensor> buffers;
+
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;        // parameter → bucket
+  std::vector<torch::Tensor> views;     // parameter → its slice of its bucket, shaped like it
+
+  // Per-iteration state.
+  bool armed = false;                   // a synchronised backward is expected
+  bool finalize_queued = false;
+  std::vector<char> ready;
+  std::vector<char> used;               // produced a gradient (or not found unused) this iteration
+  std::vector<char> had_grad;           // .grad was defined before this iteration
+  std::vector<size_t> unused;           // found unused by after_forward
+  size_t next_bucket = 0;
+  int hooks_fired = 0;
+  std::vector<size_t> ready_order;      // first iteration's order, for the rebuild
+  bool record_order = true;
+  bool rebuild_pending = false;
+  std::string unfinished_error;         // reported at the next forward, as PyTorch does
+
+  ReducerStats stats;
+
+  void sync_module_states();
+  void build_buckets(const std::vector<size_t>& order);
+  void on_gradient(size_t index);
+  void mark_ready(size_t index);
+  void launch_ready_buckets();
+  void finalize();
+  void rebuild_buckets();
+  void attach_grad_to_view(size_t index);
+};
+
+// --- construction ---------------------------------------------------------------------------
+
+void Reducer::Impl::sync_module_states() {
+  if (group->size() == 1) return;
+  // One flat broadcast per dtype (in the same order everywhere), then copied back.
+  std::vector<torch::Tensor> all = params;
+  all.insert(all.end(), buffers.begin(), buffers.end());
+  torch::NoGradGuard no_grad;
+  std::vector<c10::ScalarType> dtypes;
+  for (const auto& t : all) {
+    if (std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) == dtypes.end()) {
+      dtypes.push_back(t.scalar_type());
+    }
+  }
+  for (c10::ScalarType dtype : dtypes) {
+    std::vector<torch::Tensor> members;
+    for (const auto& t : all) {
+      if (t.scalar_type() == dtype) members.push_back(t);
+    }
+    std::vector<torch::Tensor> flat_parts;
+    for (const auto& t : members) flat_parts.push_back(t.reshape({-1}));
+    torch::Tensor flat = torch::cat(flat_parts);
+    group->broadcast(flat, 0).wait();
+    int64_t offset = 0;
+    for (auto& t : members) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+void Reducer::Impl::build_buckets(const std::vector<size_t>& order) {
+  const size_t first_cap = size_t(options.first_bucket_cap_mb() * 1024 * 1024);
+  const size_t cap = size_t(options.bucket_cap_mb() * 1024 * 1024);
+  std::vector<std::vector<size_t>> groups;
+  size_t bytes = 0;
+  for (size_t index : order) {
+    const torch::Tensor& p = params[index];
+    const bool new_dtype =
+        !groups.empty() && params[groups.back().front()].scalar_type() != p.scalar_type();
+    const size_t limit = groups.size() <= 1 ? first_cap : cap;
+    if (groups.empty() || new_dtype || bytes >= limit) {
+      // The first bucket is the first group; its cap applies until it closes.
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(index);
+    bytes += size_t(p.numel()) * p.element_size();
+  }
+  // Keep the gradients the old buckets hold (needed when rebuilding between iterations).
+  std::vector<torch::Tensor> old_grads(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& g = params[i].grad();
+    if (g.defined()) old_grads[i] = g;
+  }
+  buckets.clear();
+  buckets.resize(groups.size());
+  bucket_of.assign(params.size(), 0);
+  views.assign(params.size(), torch::Tensor());
+  for (size_t b = 0; b < groups.size(); ++b) {
+    int64_t numel = 0;
+    for (size_t index : groups[b]) numel += params[index].numel();
+    Bucket& bucket = buckets[b];
+    bucket.buffer = torch::zeros({numel}, params[groups[b].front()].options());
+    bucket.params = groups[b];
+    int64_t offset = 0;
+    for (size_t index : groups[b]) {
+      const torch::Tensor& p = params[index];
+      // The gradient layout must match the parameter's (channels_last weights stay so).
+      views[index] = p.is_non_overlapping_and_dense()
+                         ? bucket.buffer.as_strided(p.sizes(), p.strides(), offset)
+                         : bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      bucket_of[index] = b;
+      offset += p.numel();
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (old_grads[i].defined()) {
+      views[i].copy_(old_grads[i]);
+      params[i].mutable_grad() = views[i];
+    }
+  }
+  stats.num_buckets = int(buckets.size());
+  stats.bytes_reduced_per_iteration = 0;
+  for (const auto& bucket : buckets) {
+    stats.bytes_reduced_per_iteration += bucket.buffer.numel() * bucket.buffer.element_size();
+  }
+}
+
+Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> group,
+                 DDPOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  Impl& s = *impl_;
+  if (!module) throw InvalidArgument("DistributedDataParallel: the module is null");
+  if (!group) throw InvalidArgument("DistributedDataParallel: the process group is null");
+  if (!(options.bucket_cap_mb() > 0) || !(options.first_bucket_cap_mb() > 0)) {
+    throw InvalidArgument(concat("DistributedDataParallel: bucket caps must be positive, got ",
+                              options.first_bucket_cap_mb(), " and ", options.bucket_cap_mb(), " MiB"));
+  }
+  s.module = std::move(module);
+  s.group = std::move(group);
+  s.options = options;
+
+  // Every rank must hold the same model: compare each rank's signature with rank 0's through
+  // the store, so every rank reports the same mismatch instead of hanging in a broadcast.
+  const std::vector<std::string> mine = module_signature(*s.module);
+  if (s.group->size() > 1) {
+    const std::string prefix = s.group->unique_prefix("ddp-model");
+    const std::string text = join_lines(mine);
+    s.group->store().set(prefix + std::to_string(s.group->rank()),
+                         std::vector<uint8_t>(text.begin(), text.end()));
+    std::vector<std::vector<std::string>> all;
+    for (int r = 0; r < s.group->size(); ++r) {
+      const std::string key = prefix + std::to_string(r);
+      try {
+        s.group->store().wait({key}, s.group->timeout());
+      } catch (const std::exception&) {
+        throw TimeoutError(concat("rank ", s.group->rank(), ": rank ", r,
+                               " did not construct DistributedDataParallel within the timeout"));
+      }
+      const std::vector<uint8_t> bytes = s.group->store().get(key);
+      all.push_back(split_lines(std::string(bytes.begin(), bytes.end())));
+    }
+    for (int r = 1; r < s.group->size(); ++r) {
+      const std::string diff = signature_difference(all[0], all[size_t(r)], r);
+      if (!diff.empty()) {
+        throw DistributedError(concat("DistributedDataParallel: rank ", r,
+                                   "'s model differs from rank 0's: ", diff,
+                                   "; every rank must build the same model"));
+      }
+    }
+  }
+
+  std::unordered_set<const void*> seen;
+  for (const auto& p : s.module->named_parameters(true)) {
+    if (!p.value().requires_grad()) continue;
+    if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;  // shared parameter
+    if (p.value().is_sparse()) {
+      throw InvalidArgument(concat("DistributedDataParallel: parameter ", p.key(), " is sparse; only dense parameters are supported"));
+    }
+    s.params.push_back(p.value());
+    s.names.push_back(p.key());
+  }
+  for (const auto& b : s.module->named_buffers(true)) s.buffers.push_back(b.value());
+  if (s.params.empty()) {
+    throw InvalidArgument("DistributedDataParallel: the module has no parameter that requires grad");
+  }
+  s.sync_module_states();
+
+  std::vector<size_t> reverse_order(s.params.size());
+  for (size_t i = 0; i < reverse_order.size(); ++i) reverse_order[i] = s.params.size() - 1 - i;
+  s.build_buckets(reverse_order);
+
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto acc = compat::grad_accumulator(s.params[i]);
+    s.accumulator_index[acc.get()] = i;
+    compat::add_post_hook(*acc, [weak, i] {
+      if (auto impl = weak.lock()) impl->on_gradient(i);
+    });
+    s.accumulators.push_back(std::move(acc));
+  }
+  s.ready.assign(s.params.size(), 0);
+  s.used.assign(s.params.size(), 0);
+  s.had_grad.assign(s.params.size(), 0);
+}
+
+Reducer::~Reducer() = default;
+
+// --- one iteration ------------------------------------------------------------------------------
+
+void Reducer::before_forward() {
+  Impl& s = *impl_;
+  if (!s.unfinished_error.empty()) {
+    const std::string message = s.unfinished_error;
+    s.unfinished_error.clear();
+    throw DistributedError(message);
+  }
+  if (s.rebuild_pending) s.rebuild_buckets();
+  if (s.options.broadcast_buffers() && s.group->size() > 1 && !s.buffers.empty()) {
+    torch::NoGradGuard no_grad;
+    std::vector<Work> works;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // non-contiguous buffers
+    for (auto& b : s.buffers) {
+      if (b.is_contiguous()) {
+        works.push_back(s.group->broadcast(b, 0));
+      } else {
+        copies.emplace_back(b, b.contiguous());
+        works.push_back(s.group->broadcast(copies.back().second, 0));
+      }
+    }
+    for (auto& w : works) w.wait();
+    for (auto& c : copies) c.first.copy_(c.second);
+  }
+  s.armed = sync_ && torch::GradMode::is_enabled();
+  if (!s.armed) return;
+  std::fill(s.ready.begin(), s.ready.end(), 0);
+  std::fill(s.used.begin(), s.used.end(), 0);
+  for (size_t i = 0; i < s.params.size(); ++i) s.had_grad[i] = s.params[i].grad().defined();
+  for (auto& bucket : s.buckets) {
+    bucket.pending = int(bucket.params.size());
+    bucket.reduction.reset();
+  }
+  s.unused.clear();
+  s.next_bucket = 0;
+  s.hooks_fired = 0;
+  s.finalize_queued = false;
+  s.stats.hooks_before_launch.assign(s.buckets.size(), -1);
+}
+
+void Reducer::after_forward(const std::vector<torch::Tensor>& outputs) {
+  Impl& s = *impl_;
+  if (!s.armed || !s.options.find_unused_parameters()) return;
+  // Walk the autograd graph from the outputs; parameters whose accumulator is not reached
+  // will get no gradient and are marked ready when backward starts.
+  std::vector<char> reached(s.params.size(), 0);
+  std::unordered_set<const torch::autograd::Node*> visited;
+  std::vector<torch::autograd::Node*> stack;
+  for (const auto& out : outputs) {
+    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn().get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!visited.insert(node).second) continue;
+    auto it = s.accumulator_index.find(node);
+    if (it != s.accumulator_index.end()) reached[it->second] = 1;
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) stack.push_back(edge.function.get());
+    }
+  }
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    if (!reached[i]) s.unused.push_back(i);
+  }
+}
+
+void Reducer::Impl::attach_grad_to_view(size_t index) {
+  torch::Tensor& grad = params[index].mutable_grad();
+  const torch::Tensor& view = views[index];
+  if (grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides()) {
+    return;  // already accumulating in place
+  }
+  torch::NoGradGuard no_grad;
+  if (grad.defined()) {
+    view.copy_(grad);
+  } else {
+    view.zero_();
+  }
+  grad = view;
+}
+
+void Reducer::Impl::on_gradient(size_t index) {
+  if (!armed) return;  // no_sync(), or a backward that did not go through our forward
+  if (!finalize_queued) {
+    finalize_queued = true;
+    // The engine runs the callback on this thread once the whole backward has finished.
+    compat::queue_end_of_backward([weak = weak_from_this()] {
+      if (auto impl = weak.lock()) impl->finalize();
+    });
+    for (size_t u : unused) {
+      // Unused parameters contribute what their .grad holds (zero when it has none).
+      attach_grad_to_view(u);
+      mark_ready(u);
+    }
+  }
+  if (ready[index]) {
+    throw DistributedError(concat("DistributedDataParallel: parameter ", names[index],
+                               " received a gradient twice in one backward (a second backward "
+                               "through the same graph?); call forward again before backward"));
+  }
+  attach_grad_to_view(index);
+  used[index] = 1;
+  ++hooks_fired;
+  if (record_order) ready_order.push_back(index);
+  mark_ready(index);
+}
+
+void Reducer::Impl::mark_ready(size_t index) {
+  ready[index] = 1;
+  Bucket& bucket = buckets[bucket_of[index]];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::Impl::launch_ready_buckets() {
+  // Buckets start strictly in index order on every rank, so collectives match across ranks.
+  while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
+    Bucket& bucket = buckets[next_bucket];
+    GradBucket view{int(next_bucket), bucket.buffer, next_bucket + 1 == buckets.size()};
+    stats.hooks_before_launch[next_bucket] = hooks_fired;
+    bucket.reduction = hook->start(view, *group);
+    ++next_bucket;
+  }
+}
+
+void Reducer::Impl::finalize() {
+  if (!armed) return;
+  armed = false;
+  const auto start = Clock::now();
+  if (next_bucket < buckets.size()) {
+    // Some parameter produced no gradient: the remaining buckets cannot be reduced.
+    std::string missing;
+    int count = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!ready[i]) {
+        missing += (count++ ? ", " : "") + names[i];
+      }
+    }
+    for (size_t b = 0; b < next_bucket; ++b) buckets[b].reduction->wait();
+    unfinished_error = concat(
+        "DistributedDataParallel (rank ", group->rank(),
+        "): expected to have finished reduction in the prior iteration before starting a new one. "
+        "These parameters received no gradient: ", missing,
+        ". Make every parameter take part in the loss, or construct DistributedDataParallel with "
+        "find_unused_parameters(true)");
+    return;
+  }
+  for (auto& bucket : buckets) {
+    bucket.reduction->wait();
+    bucket.reduction.reset();
+  }
+  if (options.find_unused_parameters()) {
+    // A parameter unused on every rank keeps an undefined .grad, as in a single process.
+    torch::Tensor used_anywhere = torch::empty({int64_t(params.size())}, torch::kInt32);
+    int32_t* u = used_anywhere.data_ptr<int32_t>();
+    for (size_t i = 0; i < params.size(); ++i) u[i] = used[i];
+    group->allreduce_max(used_anywhere).wait();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (u[i] == 0 && !had_grad[i]) params[i].mutable_grad() = torch::Tensor();
+    }
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.last_exposed_comm_seconds = waited;
+  stats.total_exposed_comm_seconds += waited;
+  stats.hooks_per_iteration = hooks_fired;
+  ++stats.iterations;
+  if (record_order) {
+    record_order = false;
+    rebuild_pending = options.rebuild_buckets();
+  }
+}
+
+void Reducer::Impl::rebuild_buckets() {
+  rebuild_pending = false;
+  // Rank 0's order wins, so every rank builds the same buckets.
+  std::vector<size_t> order = ready_order;
+  std::vector<char> listed(params.size(), 0);
+  for (size_t i : order) listed[i] = 1;
+  for (size_t i = params.size(); i-- > 0;) {
+    if (!listed[i]) order.push_back(i);
+  }
+  torch::Tensor shared = torch::empty({int64_t(order.size())}, torch::kInt64);
+  for (size_t i = 0; i < order.size(); ++i) shared.data_ptr<int64_t>()[i] = int64_t(order[i]);
+  if (group->size() > 1) group->broadcast(shared, 0).wait();
+  for (size_t i = 0; i < order.size(); ++i) order[i] = size_t(shared.data_ptr<int64_t>()[i]);
+  build_buckets(order);
+  stats.buckets_rebuilt = true;
+}
+
+// --- accessors ----------------------------------------------------------------------------------
+
+void Reducer::set_comm_hook(std::unique_ptr<CommHook> hook) {
+  if (!hook) throw InvalidArgument("set_comm_hook: the hook is null");
+  if (impl_->stats.iterations > 0) {
+    throw InvalidArgument("set_comm_hook must be called before the first backward");
+  }
+  impl_->hook = std::move(hook);
+}
+
+const ReducerStats& Reducer::stats() const { return impl_->stats; }
+
+std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& bucket : impl_->buckets) {
+    out.emplace_back();
+    for (size_t index : bucket.params) out.back().push_back(impl_->names[index]);
+  }
+  return out;
+}
+
+ProcessGroup& Reducer::group() const { return *impl_->group; }
+
+}  // namespace ddp

@@ -1,0 +1,75 @@
+// The one place that knows how LibTorch versions differ (1.13.1 on Debian 12, 2.x elsewhere).
+// Everything else includes c10d and autograd internals through here.
+#pragma once
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <chrono>
+#include <string>
+
+namespace ddp::compat {
+
+// In 1.13 ProcessGroupGloo derives from c10d::ProcessGroup; from 2.0 from c10d::Backend. Both
+// keep the collective methods used here (allreduce, broadcast, allgather, barrier) with the
+// same signatures, so the concrete class is used directly.
+using GlooGroup = c10d::ProcessGroupGloo;
+
+inline c10::intrusive_ptr<GlooGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                               int rank, int size,
+                                               std::chrono::milliseconds timeout,
+                                               const std::string& bind_host,
+                                               const std::string& bind_interface) {
+  auto options = GlooGroup::Options::create();
+  options->timeout = timeout;
+  options->devices.push_back(bind_interface.empty()
+                                 ? GlooGroup::createDeviceForHostname(bind_host)
+                                 : GlooGroup::createDeviceForInterface(bind_interface));
+  return c10::make_intrusive<GlooGroup>(store, rank, size, options);
+}
+
+inline c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, int port,
+                                                      bool is_server, int world_size,
+                                                      std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = is_server;
+  opts.numWorkers = world_size;
+  opts.waitWorkers = false;  // ddp checks that every rank arrived itself, with a clear message
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+// Runs `fn` after the backward pass that is running on this thread has finished.
+inline void queue_end_of_backward(std::function<void()> fn) {
+  torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
+}
+
+// The AccumulateGrad node of a leaf tensor; holding it keeps hooks on it alive.
+inline std::shared_ptr<torch::autograd::Node> grad_accumulator(const torch::Tensor& param) {
+  return torch::autograd::impl::grad_accumulator(param);
+}
+
+// Runs `fn` each time `node` (an AccumulateGrad) has run, i.e. after the gradient was added.
+inline void add_post_hook(torch::autograd::Node& node, std::function<void()> fn) {
+  node.add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [fn = std::move(fn)](const torch::autograd::variable_list& outputs,
+                           const torch::autograd::variable_list& /*inputs*/) {
+        fn();
+        return outputs;
+      }));
+}
+
+inline std::string libtorch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+}  // namespace ddp::compat
