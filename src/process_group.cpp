@@ -128,8 +128,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       throw InvalidArgument(concat("--init-method: '", url,
                                 "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
     }
-  } catch (const c10::Error& e) {
-    const std::string msg = first_line(e.what_without_backtrace());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // c10d reports store failures as c10::Error or its own exception types, by version.
+    const std::string msg = first_line(e.what());
     const bool in_use = msg.find("in use") != std::string::npos ||
                         msg.find("EADDRINUSE") != std::string::npos;
     if (in_use) {

@@ -70,6 +70,25 @@ std::string signature_difference(const std::vector<std::string>& root,
   return "";
 }
 
+// A tensor over `numel(param)` elements of `buffer` from `offset`, laid out like `param`
+// (channels_last weights keep their strides). It is made with from_blob rather than as an
+// autograd view of the buffer: LibTorch 1.13's Optimizer::zero_grad() calls detach_() on every
+// gradient, which throws for views ("Can't detach views in-place"). The deleter holds the buffer,
+// so the memory lives as long as any gradient does.
+torch::Tensor bucket_view(const torch::Tensor& buffer, int64_t offset, const torch::Tensor& param) {
+  char* base = static_cast<char*>(buffer.data_ptr()) + offset * int64_t(buffer.element_size());
+  std::vector<int64_t> strides = param.strides().vec();
+  if (!param.is_non_overlapping_and_dense()) {
+    int64_t stride = 1;
+    for (size_t d = strides.size(); d-- > 0;) {
+      strides[d] = stride;
+      stride *= param.size(int64_t(d));
+    }
+  }
+  return torch::from_blob(
+      base, param.sizes(), strides, [keep = buffer](void*) {}, buffer.options());
+}
+
 }  // namespace
 
 struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
@@ -182,10 +201,7 @@ void Reducer::Impl::build_buckets(const std::vector<size_t>& order) {
     int64_t offset = 0;
     for (size_t index : groups[b]) {
       const torch::Tensor& p = params[index];
-      // The gradient layout must match the parameter's (channels_last weights stay so).
-      views[index] = p.is_non_overlapping_and_dense()
-                         ? bucket.buffer.as_strided(p.sizes(), p.strides(), offset)
-                         : bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      views[index] = bucket_view(bucket.buffer, offset, p);
       bucket_of[index] = b;
       offset += p.numel();
     }

@@ -63,10 +63,9 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
     throw DataError(concat(archive_path, ": not a readable archive: ", archive_error_string(in.get())));
   }
   ArchiveWriterPtr out(archive_write_disk_new(), &archive_write_free);
-  // Refuse absolute paths and "..", so a forged archive cannot write outside dest_dir.
+  // Refuse ".." and links out, so a forged archive cannot write outside dest_dir.
   archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                                ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                                ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+                                                ARCHIVE_EXTRACT_SECURE_SYMLINKS);
   struct archive_entry* entry = nullptr;
   while (true) {
     const int rc = archive_read_next_header(in.get(), &entry);
@@ -74,7 +73,11 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
     if (rc != ARCHIVE_OK) {
       throw DataError(concat(archive_path, ": corrupt archive: ", archive_error_string(in.get())));
     }
-    const std::string target = dest_dir + "/" + archive_entry_pathname(entry);
+    const std::string name = archive_entry_pathname(entry);
+    if (name.empty() || name[0] == '/') {
+      throw DataError(concat(archive_path, ": entry '", name, "' has an absolute path; refusing it"));
+    }
+    const std::string target = dest_dir + "/" + name;
     archive_entry_set_pathname(entry, target.c_str());
     if (archive_write_header(out.get(), entry) != ARCHIVE_OK) {
       throw IoError(concat("cannot unpack ", target, ": ", archive_error_string(out.get())));

@@ -51,16 +51,18 @@ void transform_image(const Dataset& dataset, size_t index, const TransformOption
   }
   const int H = shape.height, W = shape.width;
   for (int c = 0; c < shape.channels; ++c) {
-    float scale = 1.0f / 255.0f, shift = 0.0f;
-    if (options.normalize) {
-      // (x/255 - mean) / std, folded into one multiply-add.
-      scale = 1.0f / (255.0f * options.std[size_t(c)]);
-      shift = -options.mean[size_t(c)] / options.std[size_t(c)];
-    }
+    // Exactly torchvision: ToTensor divides by 255, Normalize then subtracts and divides.
+    const bool norm = options.normalize;
+    const float mean = norm ? options.mean[size_t(c)] : 0.0f;
+    const float std = norm ? options.std[size_t(c)] : 1.0f;
+    auto convert = [&](float pixel) {
+      const float x = pixel / 255.0f;
+      return norm ? (x - mean) / std : x;
+    };
     const uint8_t* plane = in + size_t(c) * H * W;
     float* dst = out + size_t(c) * H * W;
     if (pad == 0 && !flip) {
-      for (int i = 0; i < H * W; ++i) dst[i] = float(plane[i]) * scale + shift;
+      for (int i = 0; i < H * W; ++i) dst[i] = convert(float(plane[i]));
       continue;
     }
     for (int y = 0; y < H; ++y) {
@@ -70,8 +72,7 @@ void transform_image(const Dataset& dataset, size_t index, const TransformOption
         const int sx = ox + dx;
         const bool inside = sy >= 0 && sy < H && sx >= 0 && sx < W;
         // Padding is zero in pixel space, as torchvision pads before ToTensor/Normalize.
-        const float v = inside ? float(plane[sy * W + sx]) : 0.0f;
-        dst[y * W + x] = v * scale + shift;
+        dst[y * W + x] = convert(inside ? float(plane[sy * W + sx]) : 0.0f);
       }
     }
   }

@@ -1,0 +1,181 @@
+// Rendezvous and collectives: values, and clear errors within the timeout when ranks disagree,
+// are missing, or cannot reach the store.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "support/process.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ProcessGroup, CollectivesGiveTheRightValues) {
+  const auto errors = test::run_ranks(3, [](int rank, std::shared_ptr<ProcessGroup> group) {
+    torch::Tensor t = torch::full({5}, float(rank + 1));
+    group->allreduce(t).wait();
+    EXPECT_TRUE(torch::equal(t, torch::full({5}, 6.0f)));
+    torch::Tensor m = torch::full({2}, float(rank));
+    group->allreduce_max(m).wait();
+    EXPECT_EQ(m[0].item<float>(), 2.0f);
+    torch::Tensor b = torch::full({3}, float(rank * 10));
+    group->broadcast(b, 1).wait();
+    EXPECT_TRUE(torch::equal(b, torch::full({3}, 10.0f)));
+    const auto all = group->allgather(torch::full({1}, float(rank)));
+    ASSERT_EQ(all.size(), 3u);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(all[size_t(r)].item<float>(), float(r));
+    group->barrier();
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(3, ""));
+}
+
+TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::string error0, error1;
+  ProcessGroupOptions options;
+  options.rendezvous_timeout = 5s;
+  std::thread t0([&] {
+    try {
+      ProcessGroup::init_with_store(store, 0, 2, options);
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      ProcessGroup::init_with_store(store, 1, 3, options);
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  t0.join();
+  t1.join();
+  EXPECT_NE(error0.find("rank 0 was started with world size 2 but rank 1 with world size 3"), std::string::npos) << error0;
+  EXPECT_NE(error1.find("rank 1 was started with world size 3 but rank 0 with world size 2"), std::string::npos) << error1;
+}
+
+TEST(ProcessGroup, MissingRankTimesOutNamingIt) {
+  ProcessGroupOptions options;
+  options.init_method = "tcp://127.0.0.1:" + std::to_string(test::free_port());
+  options.rank = 0;
+  options.world_size = 3;
+  options.rendezvous_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ProcessGroup::init(options, WorldInfo{});
+    FAIL() << "no error";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("waiting for rank(s) 1, 2 of world size 3"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(ProcessGroup, UnreachableStoreFailsWithinTheTimeout) {
+  ProcessGroupOptions options;
+  options.init_method = "tcp://127.0.0.1:" + std::to_string(test::free_port());
+  options.rank = 1;
+  options.world_size = 2;
+  options.rendezvous_timeout = 1s;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ProcessGroup::init(options, WorldInfo{});
+    FAIL() << "no error";
+  } catch (const DistributedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: cannot reach the store"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(ProcessGroup, PortInUseIsNamed) {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_any;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ProcessGroupOptions options;
+  options.init_method = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin6_port));
+  options.rank = 0;
+  options.world_size = 2;
+  options.rendezvous_timeout = 1s;
+  try {
+    ProcessGroup::init(options, WorldInfo{});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("port"), std::string::npos) << e.what();
+  }
+  ::close(fd);
+}
+
+TEST(ProcessGroup, FileStoreRendezvous) {
+  test::TempDir dir;
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessGroupOptions options;
+        options.init_method = "file://" + dir / "store";
+        options.rank = r;
+        options.world_size = 2;
+        options.rendezvous_timeout = 20s;
+        auto group = ProcessGroup::init(options, WorldInfo{});
+        torch::Tensor t = torch::ones({2});
+        group->allreduce(t).wait();
+        if (t[0].item<float>() != 2.0f) errors[size_t(r)] = "wrong sum";
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+}
+
+TEST(ProcessGroup, RejectsUnknownInitMethodAndBackend) {
+  ProcessGroupOptions options;
+  options.init_method = "udp://x:1";
+  options.rank = 0;
+  options.world_size = 2;
+  EXPECT_THROW(ProcessGroup::init(options, WorldInfo{}), InvalidArgument);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ProcessGroupOptions nccl;
+  nccl.backend = "nccl";
+  EXPECT_THROW(ProcessGroup::init_with_store(store, 0, 1, nccl), InvalidArgument);
+  std::string host;
+  int port = 0;
+  EXPECT_THROW(parse_tcp_url("tcp://host", host, port), InvalidArgument);
+  EXPECT_THROW(parse_tcp_url("tcp://host:99999", host, port), InvalidArgument);
+  parse_tcp_url("tcp://127.0.0.1:23456", host, port);
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 23456);
+}
+
+TEST(ProcessGroup, CollectiveWithAMissingPeerTimesOut) {
+  const auto errors = test::run_ranks(
+      2,
+      [](int rank, std::shared_ptr<ProcessGroup> group) {
+        if (rank == 1) return;  // never joins the all-reduce
+        torch::Tensor t = torch::ones({4});
+        group->allreduce(t).wait();
+      },
+      1500ms);
+  EXPECT_NE(errors[0].find("rank 0: all-reduce failed"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1], "");
+}
+
+}  // namespace
+}  // namespace ddp

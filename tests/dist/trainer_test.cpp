@@ -1,0 +1,116 @@
+// ddp-train end to end, as real processes: it learns, it validates its flags, and two ranks
+// started by hand train together and evaluate every test image exactly once.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "ddp/data/synthetic.h"
+#include "support/process.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The value of "key" in the last JSON line of `path` that has it.
+double last_value(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  double value = -1;
+  const std::regex re("\"" + key + "\": ([-0-9.e+]+)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) value = std::stod(m[1]);
+  }
+  return value;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new test::TempDir();
+    data::write_synthetic_cifar10(data_->path(), {2000, 500, 0, 0.5});
+  }
+  static void TearDownTestSuite() { delete data_; }
+  static test::TempDir* data_;
+};
+test::TempDir* TrainerTest::data_ = nullptr;
+
+TEST_F(TrainerTest, LearnsTheSyntheticDataSet) {
+  test::TempDir out;
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "3", "--lr", "0.01",
+                            "--metrics", out / "m.jsonl", "--log-every", "10"},
+                           {}, 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string metrics = test::read_file(out / "m.jsonl");
+  EXPECT_NE(metrics.find("{\"step\": 10, \"epoch\": 1, \"loss\": "), std::string::npos) << metrics;
+  EXPECT_NE(r.output.find("epoch 3/3"), std::string::npos) << r.output;
+  std::ifstream in(out / "m.jsonl");
+  std::vector<double> epoch_losses;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("\"train_loss\": ([-0-9.e+]+)"))) epoch_losses.push_back(std::stod(m[1]));
+  }
+  ASSERT_EQ(epoch_losses.size(), 3u);
+  EXPECT_LT(epoch_losses[2], epoch_losses[0] * 0.8);
+  EXPECT_GT(last_value(out / "m.jsonl", "test_acc"), 0.6);  // chance is 0.1
+}
+
+TEST_F(TrainerTest, RejectsBadFlagsClearly) {
+  const auto unknown = test::run({test::train_bin(), "--epoch", "3"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("unknown argument '--epoch'"), std::string::npos) << unknown.output;
+  const auto range = test::run({test::train_bin(), "--batch-size", "0"});
+  EXPECT_EQ(range.exit_code, 2);
+  EXPECT_NE(range.output.find("--batch-size: '0' is not an integer in [1, 65536]"), std::string::npos) << range.output;
+  const auto missing = test::run({test::train_bin(), "--lr"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.output.find("--lr needs a value"), std::string::npos) << missing.output;
+  const auto dataset = test::run({test::train_bin(), "--dataset", "imagenet"});
+  EXPECT_EQ(dataset.exit_code, 2);
+  EXPECT_NE(dataset.output.find("unknown data set 'imagenet'"), std::string::npos) << dataset.output;
+}
+
+TEST_F(TrainerTest, MissingDataNamesThePath) {
+  const auto r = test::run({test::train_bin(), "--data-dir", "/nonexistent/cifar"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("/nonexistent/cifar/data_batch_1.bin"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainerTest, HelpListsEveryFlag) {
+  const auto r = test::run({test::train_bin(), "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--dataset", "--data-dir", "--download", "--model", "--epochs", "--batch-size",
+                           "--lr", "--momentum", "--weight-decay", "--seed", "--threads", "--max-steps",
+                           "--metrics", "--log-every", "--backend", "--init-method", "--normalize",
+                           "--random-crop", "--hflip", "--nproc-per-node"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(TrainerTest, TwoRanksStartedByHandTrainTogether) {
+  test::TempDir out;
+  const int port = test::free_port();
+  std::vector<std::unique_ptr<test::Child>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<test::Child>(
+        std::vector<std::string>{test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                                 "--max-steps", "5", "--metrics", out / ("m" + std::to_string(r) + ".jsonl"),
+                                 "--init-method", "tcp://127.0.0.1:" + std::to_string(port)},
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                           {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"}}));
+  }
+  const auto r0 = ranks[0]->wait(120s);
+  const auto r1 = ranks[1]->wait(120s);
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r0.output.find("world size 2"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("1 intra-op thread(s) per worker (2 cores / 2 local workers)"), std::string::npos) << r0.output;
+  EXPECT_NE(r0.output.find("(500 images)"), std::string::npos) << r0.output;  // every test image once
+  EXPECT_TRUE(test::read_file(out / "m1.jsonl").empty());                    // only rank 0 writes
+  EXPECT_GT(last_value(out / "m0.jsonl", "test_acc"), 0.0);
+}
+
+}  // namespace
+}  // namespace ddp

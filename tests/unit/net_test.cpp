@@ -1,0 +1,62 @@
+// The reference Net: initial weights bit-identical to Python's `torch.manual_seed(s); Net()`,
+// parameter names as in Python, and the same logits on a fixed input.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "models/net.h"
+#include "support/process.h"
+
+namespace ddp {
+namespace {
+
+c10::Dict<c10::IValue, c10::IValue> load_python_state(const std::string& path) {
+  const std::string bytes = test::read_file(path);
+  return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toGenericDict();
+}
+
+torch::Tensor fixed_input(int64_t channels, int64_t side) {
+  return (torch::arange(2 * channels * side * side, torch::kFloat32).fmod(255) / 255)
+      .reshape({2, channels, side, side});
+}
+
+void expect_matches_python(int seed, int64_t channels, int64_t side) {
+  test::TempDir dir;
+  const auto py = test::run_python(
+      "net_init.py", {dir / "net.pt", std::to_string(seed), std::to_string(channels), std::to_string(side)});
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  const auto state = load_python_state(dir / "net.pt");
+
+  torch::manual_seed(seed);
+  models::Net net(channels, side);
+  const auto params = net->named_parameters();
+  ASSERT_EQ(params.size() + 1, state.size());  // + the logits entry
+  for (const auto& p : params) {
+    ASSERT_TRUE(state.contains(p.key())) << "Python has no " << p.key();
+    const torch::Tensor expected = state.at(p.key()).toTensor();
+    ASSERT_EQ(expected.sizes(), p.value().sizes()) << p.key();
+    EXPECT_TRUE(torch::equal(expected, p.value())) << p.key() << " differs from Python's";
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = net->forward(fixed_input(channels, side));
+  EXPECT_TRUE(torch::allclose(logits, state.at("logits").toTensor(), 1e-5, 1e-6));
+}
+
+TEST(Net, InitialWeightsEqualPythonsSeed0Cifar) { expect_matches_python(0, 3, 32); }
+TEST(Net, InitialWeightsEqualPythonsSeed7Mnist) { expect_matches_python(7, 1, 28); }
+
+TEST(Net, ParameterNamesAreThePythonOnes) {
+  models::Net net;
+  std::vector<std::string> names;
+  for (const auto& p : net->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight",
+                                             "conv2.bias", "fc.weight", "fc.bias"}));
+}
+
+TEST(Net, FlopsPerImageAreAbout121MillionTrainingCifar) {
+  // forward + backward ≈ 3 x forward
+  EXPECT_NEAR(3 * models::net_forward_flops(3, 32) / 1e6, 124.3, 0.5);
+}
+
+}  // namespace
+}  // namespace ddp
