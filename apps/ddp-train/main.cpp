@@ -1,6 +1,8 @@
 // ddp-train: the reference program done right. main() reads top to bottom as the recipe:
 // subcommand → flags → (launch workers) → train; every ddp::Error becomes one line on stderr
 // and a non-zero exit.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
+#include "ddp/launch.h"
 #include "ddp/world.h"
 #include "options.h"
 #include "trainer.h"
@@ -62,6 +65,14 @@ int make_data(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::string self_executable() {
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) throw ddp::Error("cannot find this program's path in /proc/self/exe");
+  path[n] = '\0';
+  return path;
+}
+
 int train(const std::vector<std::string>& args) {
   bool help = false;
   const ddp::train::TrainOptions options = ddp::train::parse_train_options(args, help);
@@ -70,6 +81,25 @@ int train(const std::vector<std::string>& args) {
     return 0;
   }
   const ddp::WorldInfo world = ddp::WorldInfo::from_environment();
+  if (options.nproc_per_node > 0 && world.source == "default") {
+    // The reference program's mp.spawn: this process becomes the launcher of N workers of
+    // itself, with the same flags minus --nproc-per-node.
+    ddp::LaunchOptions launch;
+    launch.name = "ddp-train";
+    launch.nproc_per_node = options.nproc_per_node;
+    if (world.master_port_set) launch.master_port = world.master_port;
+    launch.master_addr = world.master_addr;
+    launch.command = {self_executable()};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--nproc-per-node") {
+        ++i;
+        continue;
+      }
+      if (args[i].rfind("--nproc-per-node=", 0) == 0) continue;
+      launch.command.push_back(args[i]);
+    }
+    return ddp::launch(launch);
+  }
   ddp::train::run_training(options, world);
   return 0;
 }

@@ -1,0 +1,46 @@
+// The worker launcher behind `ddprun` and `ddp-train --nproc-per-node`: starts N workers of a
+// program with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT), prefixes their output
+// with [rank N], and tears the whole group down when any worker fails: SIGTERM, then SIGKILL
+// after a grace period, the failed rank named with how it ended and its last stderr lines.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// What to start and how to watch it.
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  /// Rank 0's host; every node must reach it. Default: loopback (one node).
+  std::string master_addr = "127.0.0.1";
+  /// 0: pick a free port (one node only).
+  int master_port = 0;
+  /// Restarts of the whole local group after a failure.
+  int max_restarts = 0;
+  /// Seconds between SIGTERM and SIGKILL when stopping workers.
+  double grace_seconds = 5;
+  /// Per-rank log files rank_N.log here (empty: none).
+  std::string log_dir;
+  /// Show only rank 0's output on the console (all ranks still go to the log files).
+  bool console_rank0_only = false;
+  /// Lines of a failed worker's stderr to print.
+  int tail_lines = 20;
+  /// The program and its arguments.
+  std::vector<std::string> command;
+  /// Name used in the launcher's own messages.
+  std::string name = "ddprun";
+};
+
+/// Runs the workers to completion; returns the launcher's exit code: 0 when every worker
+/// succeeded, 1 when one failed (after max_restarts), 128+signal when the launcher was stopped
+/// by SIGINT/SIGTERM. Throws InvalidArgument for inconsistent options.
+int launch(const LaunchOptions& options);
+
+/// The signal's name ("SIGKILL"), or "signal N".
+std::string signal_name(int signal);
+
+}  // namespace ddp

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every dependency from Debian's archive (idempotent, non-interactive), then builds
+# ddp.cpp in Release into build/. Usage: scripts/setup.sh [extra cmake arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libtorch-dev libgloo-dev            # LibTorch 1.13 with c10d (Gloo, TCPStore)
+  libgtest-dev googletest             # tests
+  zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
+  python3 python3-torch python3-torchvision                  # the reference implementation
+  dataset-fashion-mnist               # the real Fashion-MNIST
+  iproute2 tar                        # multi-node tests (network namespaces), archives
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build -j "$(nproc)"
+echo "setup: built build/ddp-train and build/ddprun"

@@ -1,0 +1,378 @@
+#include "ddp/launch.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "ddp/atomic_file.h"
+#include "ddp/error.h"
+
+extern char** environ;
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// One output stream of one worker: complete lines go to the console and the log file.
+struct Stream {
+  int fd = -1;
+  std::string partial;
+  bool is_stderr = false;
+};
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream out, err;
+  std::deque<std::string> stderr_tail;
+  std::unique_ptr<std::ofstream> log;
+};
+
+int pick_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot find a free port on 127.0.0.1");
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class Group {
+ public:
+  Group(const LaunchOptions& options, int port, int restart) : o_(options), port_(port), restart_(restart) {}
+  ~Group() { stop(0.0); }
+
+  void start();
+  // Watches until all exit 0 (returns -1), one fails (returns its index) or a signal arrives (-2).
+  int watch();
+  // SIGTERM everyone still running, SIGKILL after `grace` seconds; reaps them all.
+  void stop(double grace);
+  const Worker& worker(size_t i) const { return workers_[i]; }
+
+ private:
+  void spawn(Worker& w);
+  void pump(Worker& w, Stream& s, bool final_flush);
+  void emit(Worker& w, const std::string& line, bool is_stderr);
+  bool reap_one(Worker& w, bool block);
+
+  const LaunchOptions& o_;
+  int port_;
+  int restart_;
+  std::vector<Worker> workers_;
+};
+
+void Group::start() {
+  workers_.resize(size_t(o_.nproc_per_node));
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    Worker& w = workers_[size_t(i)];
+    w.local_rank = i;
+    w.rank = o_.node_rank * o_.nproc_per_node + i;
+    if (!o_.log_dir.empty()) {
+      const std::string path = concat(o_.log_dir, "/rank_", w.rank, ".log");
+      w.log = std::make_unique<std::ofstream>(path, restart_ == 0 ? std::ios::trunc : std::ios::app);
+      if (!*w.log) throw IoError(concat("--log-dir: cannot write ", path));
+    }
+    spawn(w);
+  }
+}
+
+void Group::spawn(Worker& w) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    throw Error(concat("cannot create pipes: ", std::strerror(errno)));
+  }
+  const int world = o_.nnodes * o_.nproc_per_node;
+  std::vector<std::string> env;
+  const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE"};
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& n : ours) replaced = replaced || n == name;
+    if (!replaced) env.push_back(entry);
+  }
+  env.push_back(concat("RANK=", w.rank));
+  env.push_back(concat("WORLD_SIZE=", world));
+  env.push_back(concat("LOCAL_RANK=", w.local_rank));
+  env.push_back(concat("LOCAL_WORLD_SIZE=", o_.nproc_per_node));
+  env.push_back(concat("GROUP_RANK=", o_.node_rank));
+  env.push_back(concat("MASTER_ADDR=", o_.master_addr));
+  env.push_back(concat("MASTER_PORT=", port_));
+  env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
+  std::vector<char*> argv, envp;
+  for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(concat("fork failed: ", std::strerror(errno)));
+  if (pid == 0) {
+    // The worker dies with the launcher, even when the launcher is SIGKILLed: no orphans.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(128 + SIGKILL);
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  w.pid = pid;
+  w.running = true;
+  w.out = Stream{out[0], "", false};
+  w.err = Stream{err[0], "", true};
+}
+
+void Group::emit(Worker& w, const std::string& line, bool is_stderr) {
+  if (w.log) {
+    *w.log << line << '\n';
+    w.log->flush();
+  }
+  if (is_stderr) {
+    w.stderr_tail.push_back(line);
+    if (int(w.stderr_tail.size()) > o_.tail_lines) w.stderr_tail.pop_front();
+  }
+  if (o_.console_rank0_only && w.rank != 0) return;
+  std::FILE* console = is_stderr ? stderr : stdout;
+  std::fprintf(console, "[rank %d] %s\n", w.rank, line.c_str());
+  std::fflush(console);
+}
+
+void Group::pump(Worker& w, Stream& s, bool final_flush) {
+  if (s.fd < 0) return;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(s.fd, buf, sizeof buf);
+    if (n > 0) {
+      s.partial.append(buf, size_t(n));
+      size_t nl;
+      while ((nl = s.partial.find('\n')) != std::string::npos) {
+        emit(w, s.partial.substr(0, nl), s.is_stderr);
+        s.partial.erase(0, nl + 1);
+      }
+      if (!final_flush) return;  // come back after the others had their turn
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || final_flush) {
+      if (!s.partial.empty()) emit(w, s.partial, s.is_stderr);
+      s.partial.clear();
+      ::close(s.fd);
+      s.fd = -1;
+    }
+    return;
+  }
+}
+
+bool Group::reap_one(Worker& w, bool block) {
+  if (!w.running) return true;
+  int status = 0;
+  const pid_t r = ::waitpid(w.pid, &status, block ? 0 : WNOHANG);
+  if (r == w.pid) {
+    w.running = false;
+    w.status = status;
+    return true;
+  }
+  return false;
+}
+
+int Group::watch() {
+  while (true) {
+    if (g_stop_signal != 0) return -2;
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, Stream*>> owners;
+    for (auto& w : workers_) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          owners.emplace_back(&w, s);
+        }
+      }
+    }
+    // A bounded poll: exits are noticed through waitpid below, output through the pipes.
+    const int ready = ::poll(fds.data(), nfds_t(fds.size()), 100);
+    if (ready > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*owners[i].first, *owners[i].second, false);
+      }
+    }
+    bool all_done = true;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      if (w.running) reap_one(w, false);
+      if (w.running) {
+        all_done = false;
+        continue;
+      }
+      const bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+      if (!ok) {
+        pump(w, w.out, true);
+        pump(w, w.err, true);
+        return int(i);
+      }
+      if (w.out.fd >= 0 || w.err.fd >= 0) all_done = false;  // output still draining
+    }
+    if (all_done) return -1;
+  }
+}
+
+void Group::stop(double grace) {
+  bool any = false;
+  for (auto& w : workers_) {
+    if (w.running) {
+      ::kill(-w.pid, SIGTERM);
+      ::kill(w.pid, SIGTERM);
+      any = true;
+    }
+  }
+  const auto deadline = Clock::now() + std::chrono::duration<double>(grace);
+  while (any && Clock::now() < deadline) {
+    any = false;
+    for (auto& w : workers_) {
+      pump(w, w.out, false);
+      pump(w, w.err, false);
+      if (!reap_one(w, false)) any = true;
+    }
+    if (any) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // bounded by grace
+  }
+  for (auto& w : workers_) {
+    if (w.running) {
+      ::kill(-w.pid, SIGKILL);
+      ::kill(w.pid, SIGKILL);
+      reap_one(w, true);
+    }
+    pump(w, w.out, true);
+    pump(w, w.err, true);
+  }
+}
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+  return concat("exited with code ", WEXITSTATUS(status));
+}
+
+void validate(const LaunchOptions& o) {
+  if (o.command.empty()) throw InvalidArgument(concat(o.name, ": no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS..."));
+  if (o.nproc_per_node < 1) throw InvalidArgument("--nproc-per-node must be at least 1");
+  if (o.nnodes < 1) throw InvalidArgument("--nnodes must be at least 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    throw InvalidArgument(concat("--node-rank ", o.node_rank, " is not in [0, ", o.nnodes, ")"));
+  }
+  if (o.nnodes > 1 && o.master_port == 0) {
+    throw InvalidArgument("--master-port is required with --nnodes > 1 (every node must use the same)");
+  }
+  if (o.nnodes > 1 && o.master_addr.rfind("127.", 0) == 0) {
+    throw InvalidArgument("--master-addr must be rank 0's address reachable by every node with --nnodes > 1");
+  }
+  if (o.max_restarts < 0) throw InvalidArgument("--max-restarts must be >= 0");
+  if (!(o.grace_seconds >= 0)) throw InvalidArgument("--grace must be >= 0 seconds");
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGHUP: return "SIGHUP";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGQUIT: return "SIGQUIT";
+    default: return concat("signal ", sig);
+  }
+}
+
+int launch(const LaunchOptions& options) {
+  validate(options);
+  if (!options.log_dir.empty()) make_directories(options.log_dir);
+  const int port = options.master_port > 0 ? options.master_port : pick_free_port();
+  g_stop_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  auto restore = [&] {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  };
+  int result = 0;
+  for (int restart = 0;; ++restart) {
+    Group group(options, port, restart);
+    group.start();
+    const int failed = group.watch();
+    if (failed == -1) {
+      result = 0;
+      break;
+    }
+    if (failed == -2) {
+      std::fprintf(stderr, "%s: received %s, stopping all workers\n", options.name.c_str(),
+                   signal_name(g_stop_signal).c_str());
+      group.stop(options.grace_seconds);
+      result = 128 + g_stop_signal;
+      break;
+    }
+    const Worker& w = group.worker(size_t(failed));
+    const std::string how = describe_exit(w.status);
+    group.stop(options.grace_seconds);
+    std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; stopped the other workers\n",
+                 options.name.c_str(), w.rank, w.local_rank, int(w.pid), how.c_str());
+    if (!w.stderr_tail.empty()) {
+      std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", options.name.c_str(), w.rank);
+      for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
+    }
+    if (restart < options.max_restarts) {
+      std::fprintf(stderr, "%s: restarting the workers (restart %d of %d)\n", options.name.c_str(),
+                   restart + 1, options.max_restarts);
+      continue;
+    }
+    result = 1;
+    break;
+  }
+  restore();
+  return result;
+}
+
+}  // namespace ddp
