@@ -73,3 +73,12 @@ inline std::string libtorch_version() {
 }
 
 }  // namespace ddp::compat
+
+namespace ddp::compat {
+
+// The key under which torch::optim keeps a parameter's state (1.13 and 2.x alike).
+inline std::string optimizer_state_key(const torch::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
+
+}  // namespace ddp::compat

@@ -114,6 +114,16 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "make-data") {
       return make_data({args.begin() + 1, args.end()});
     }
+    if (!args.empty() && args[0] == "evaluate") {
+      bool help = false;
+      const auto options = ddp::train::parse_train_options({args.begin() + 1, args.end()}, help);
+      if (help) {
+        std::fputs(ddp::train::train_help().c_str(), stdout);
+        return 0;
+      }
+      ddp::train::run_evaluation(options, ddp::WorldInfo::from_environment());
+      return 0;
+    }
     return train(args);
   } catch (const ddp::InvalidArgument& e) {
     std::fprintf(stderr, "ddp-train%s: error: %s\n", rank_tag.c_str(), e.what());

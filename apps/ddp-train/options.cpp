@@ -117,6 +117,20 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) { o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096); }},
       {"--nproc-per-node", "N", "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
        [](O& o, const std::string& v) { o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024)); }},
+      {"--checkpoint-dir", "DIR", "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
+       [](O& o, const std::string& v) { o.checkpoint_dir = v; }},
+      {"--checkpoint-every", "N", "write a checkpoint every N epochs (default 1; the last epoch always)",
+       [](O& o, const std::string& v) { o.checkpoint_every = int(parse_int64("--checkpoint-every", v, 1, 1000000)); }},
+      {"--keep", "K", "keep the K newest checkpoints (default 3)",
+       [](O& o, const std::string& v) { o.keep = int(parse_int64("--keep", v, 1, 1000000)); }},
+      {"--resume", "PATH|auto", "continue from a checkpoint; auto: the newest in --checkpoint-dir, if any",
+       [](O& o, const std::string& v) { o.resume = v; }},
+      {"--export", "FILE", "at the end, write the model's state dict for Python's torch.load (rank 0)",
+       [](O& o, const std::string& v) { o.export_path = v; }},
+      {"--init-from", "FILE", "start from a state dict: an --export, a checkpoint, or Python's torch.save(net.state_dict())",
+       [](O& o, const std::string& v) { o.init_from = v; }},
+      {"--checkpoint", "FILE", "ddp-train evaluate: the checkpoint or state dict to evaluate",
+       [](O& o, const std::string& v) { o.checkpoint = v; }},
   };
   return table;
 }
@@ -157,16 +171,35 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, bool& hel
     }
     flag->set(options, value);
   }
+  if (options.resume == "auto" && options.checkpoint_dir.empty()) {
+    throw InvalidArgument("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
+  }
+  if (!options.resume.empty() && !options.init_from.empty()) {
+    throw InvalidArgument("--resume and --init-from exclude each other: a checkpoint already holds the weights");
+  }
   if (!options.download_md5.empty() && options.download_url.empty()) {
     throw InvalidArgument("--download-md5 only applies together with --download-url");
   }
   return options;
 }
 
+std::string config_text(const TrainOptions& o) {
+  std::ostringstream out;
+  out << "dataset = " << o.dataset << "\ndata_dir = " << o.data_dir << "\nmodel = " << o.model
+      << "\nepochs = " << o.epochs << "\nbatch_size = " << o.batch_size << "\nlr = " << o.lr
+      << "\nmomentum = " << o.momentum << "\nweight_decay = " << o.weight_decay << "\nseed = " << o.seed
+      << "\nnormalize = " << o.normalize << "\nrandom_crop = " << o.random_crop
+      << "\nhorizontal_flip = " << o.horizontal_flip << "\nchannels_last = " << o.channels_last
+      << "\nmax_steps = " << o.max_steps << "\nbackend = " << o.backend
+      << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\n";
+  return out.str();
+}
+
 std::string train_help() {
   std::ostringstream out;
   out << "ddp-train: train an image classifier with distributed data parallelism.\n\n"
          "usage: ddp-train [FLAGS]                 train (defaults: the reference program)\n"
+         "       ddp-train evaluate --checkpoint FILE [--dataset ...]   test-set accuracy of a model\n"
          "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data --help)\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process.\n\nflags:\n";

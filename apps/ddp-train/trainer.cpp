@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "ddp/atomic_file.h"
+#include "ddp/checkpoint.h"
 #include "ddp/data/dataset.h"
 #include "ddp/data/download.h"
 #include "ddp/data/loader.h"
@@ -123,34 +125,41 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
   return std::max(1, cores / std::max(1, world.local_world_size));
 }
 
-std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& world) {
-  const int rank = world.rank;
-  const int world_size = world.world_size;
-  const bool is_root = rank == 0;
+namespace {
+
+// What training and evaluation both need: threads, the process group, the data, the model.
+struct Session {
+  std::shared_ptr<ProcessGroup> group;
+  data::DatasetKind kind = data::DatasetKind::kCifar10;
+  std::unique_ptr<data::Dataset> train_set, test_set;
+  models::Net model{nullptr};
+  data::LoaderOptions loader_options;
+};
+
+Session open_session(const TrainOptions& o, const WorldInfo& world) {
+  const bool is_root = world.rank == 0;
   std::string thread_reason;
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);
-
-  std::shared_ptr<ProcessGroup> group;
-  if (world_size > 1) {
+  Session s;
+  if (world.world_size > 1) {
     ProcessGroupOptions pg;
     pg.backend = o.backend;
     pg.init_method = o.init_method;
     pg.timeout = to_ms(o.timeout);
     pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
-    group = ProcessGroup::init(pg, world);
+    s.group = ProcessGroup::init(pg, world);
   }
   if (is_root) {
     std::printf("ddp-train: world size %d (%s), backend %s, %d intra-op thread(s) per worker (%s)\n",
-                world_size, world.source.c_str(), world_size > 1 ? o.backend.c_str() : "none",
+                world.world_size, world.source.c_str(), world.world_size > 1 ? o.backend.c_str() : "none",
                 threads, thread_reason.c_str());
   }
-
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
-  const data::DatasetKind kind = data::parse_dataset_kind(o.dataset);
-  const std::string dir = o.data_dir.empty() ? data::default_data_dir(kind) : o.data_dir;
+  s.kind = data::parse_dataset_kind(o.dataset);
+  const std::string dir = o.data_dir.empty() ? data::default_data_dir(s.kind) : o.data_dir;
   if (o.download) {
-    if (kind != data::DatasetKind::kCifar10) {
+    if (s.kind != data::DatasetKind::kCifar10) {
       throw InvalidArgument("--download is only available for --dataset cifar10");
     }
     if (is_root) {
@@ -159,49 +168,108 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       if (!o.download_md5.empty()) d.md5 = o.download_md5;
       data::download_cifar10(dir, d);
     }
-    if (group) group->barrier();
+    if (s.group) s.group->barrier();
   }
-  const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
-  const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
-  const data::ImageShape shape = train_set->shape();
+  s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
+  s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
+  const data::ImageShape shape = s.train_set->shape();
   if (shape.height != shape.width || shape.height % 4 != 0) {
-    throw DataError(concat(train_set->description(), ": images are ", shape.height, "x",
-                           shape.width, "; the net model needs square images with a side divisible by 4"));
+    throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x", shape.width,
+                           "; the net model needs square images with a side divisible by 4"));
   }
   if (is_root) {
-    std::printf("data: %s; %s\n", train_set->description().c_str(), test_set->description().c_str());
+    std::printf("data: %s; %s\n", s.train_set->description().c_str(), s.test_set->description().c_str());
   }
-
   // The model, seeded before it is built, as the reference program does.
   torch::manual_seed(o.seed);
-  models::Net model(shape.channels, shape.height, train_set->num_classes());
+  s.model = models::Net(shape.channels, shape.height, s.train_set->num_classes());
   if (o.channels_last) {
     // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
     torch::NoGradGuard no_grad;
-    for (auto& p : model->parameters()) {
+    for (auto& p : s.model->parameters()) {
       if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
     }
   }
-  std::optional<DistributedDataParallel<models::NetImpl>> ddp_model;
-  if (group) {
-    ddp_model.emplace(model, group, DDPOptions().bucket_cap_mb(o.bucket_cap_mb));
+  s.loader_options.batch_size = o.batch_size;
+  s.loader_options.channels_last = o.channels_last;
+  s.loader_options.transforms = make_transforms(o, s.kind);
+  return s;
+}
+
+void print_fingerprint(int rank, torch::nn::Module& model) {
+  std::printf("rank %d: final weights fingerprint %016llx\n", rank,
+              (unsigned long long)weights_fingerprint(model));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
+  if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
+  Session s = open_session(o, world);
+  load_state_dict(*s.model, read_state_dict(o.checkpoint), o.checkpoint);
+  const Evaluation e = evaluate(s.model, *s.test_set, s.loader_options, s.group.get(), world.rank, world.world_size);
+  if (world.rank == 0) {
+    std::printf("evaluate %s: test_loss %.6f  test_acc %.2f%% (%lld images)\n", o.checkpoint.c_str(), e.loss,
+                100 * e.accuracy, (long long)e.total);
   }
+}
+
+std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& world) {
+  const int rank = world.rank;
+  const int world_size = world.world_size;
+  const bool is_root = rank == 0;
+  Session session = open_session(o, world);
+  std::shared_ptr<ProcessGroup>& group = session.group;
+  const auto& train_set = session.train_set;
+  const auto& test_set = session.test_set;
+  models::Net& model = session.model;
+  const data::LoaderOptions& loader_options = session.loader_options;
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(o.lr)
                                                        .momentum(o.momentum)
                                                        .weight_decay(o.weight_decay));
 
+  // Where to start: a checkpoint (explicit, or the newest after a launcher restart), a state
+  // dict, or the seeded initial weights. Every rank reads the same file.
+  int start_epoch = 1;
+  int64_t global_step = 0;
+  std::string resume = o.resume;
+  if (resume.empty() && world.restart_count > 0 && !o.checkpoint_dir.empty()) resume = "auto";
+  if (resume == "auto") resume = latest_checkpoint(o.checkpoint_dir);
+  if (!resume.empty()) {
+    const CheckpointState state = load_checkpoint(resume, *model, &optimizer);
+    start_epoch = int(state.epoch) + 1;
+    global_step = state.global_step;
+    if (state.rng_state.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(state.rng_state);
+    }
+    if (is_root) {
+      std::printf("resumed from %s after epoch %lld\n", resume.c_str(), (long long)state.epoch);
+      if (state.world_size != world_size) {
+        std::printf("note: the checkpoint was written with world size %lld, this run has %d: the data is "
+                    "re-sharded, so the result is not bit-identical to an uninterrupted run\n",
+                    (long long)state.world_size, world_size);
+      }
+    }
+  } else if (!o.init_from.empty()) {
+    load_state_dict(*model, read_state_dict(o.init_from), o.init_from);
+    if (is_root) std::printf("initial weights from %s\n", o.init_from.c_str());
+  }
+  if (!o.checkpoint_dir.empty() && is_root) make_directories(o.checkpoint_dir);
+
+  std::optional<DistributedDataParallel<models::NetImpl>> ddp_model;
+  if (group) {
+    ddp_model.emplace(model, group, DDPOptions().bucket_cap_mb(o.bucket_cap_mb));
+  }
+
   DistributedSampler sampler(int64_t(train_set->size()), world_size, rank,
                              SamplerOptions{true, o.seed, false});
-  data::LoaderOptions loader_options;
-  loader_options.batch_size = o.batch_size;
-  loader_options.channels_last = o.channels_last;
-  loader_options.transforms = make_transforms(o, kind);
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
   std::vector<EpochResult> results;
-  int64_t global_step = 0;
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+  for (int epoch = start_epoch; epoch <= o.epochs; ++epoch) {
     sampler.set_epoch(epoch - 1);
     loader.start_epoch(sampler.indices(), epoch - 1);
     const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches())
@@ -284,10 +352,25 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       }
       std::fflush(stdout);
     }
+    if (!o.checkpoint_dir.empty() && (epoch % o.checkpoint_every == 0 || epoch == o.epochs)) {
+      if (is_root) {
+        CheckpointState state;
+        state.epoch = epoch;
+        state.global_step = global_step;
+        state.world_size = world_size;
+        state.config = config_text(o);
+        state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+        save_checkpoint(checkpoint_path(o.checkpoint_dir, epoch), *model, optimizer, state);
+        prune_checkpoints(o.checkpoint_dir, o.keep);
+      }
+      if (group) group->barrier();  // nobody goes on (or reads it) before it is complete
+    }
   }
-  std::printf("rank %d: final weights fingerprint %016llx\n", rank,
-              (unsigned long long)weights_fingerprint(*model));
-  std::fflush(stdout);
+  if (!o.export_path.empty() && is_root) {
+    export_state_dict(o.export_path, *model);
+    std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
+  }
+  print_fingerprint(rank, *model);
   return results;
 }
 

@@ -22,6 +22,9 @@ struct EpochResult {
 /// Trains as `options` says, as rank world.rank of world.world_size; returns each epoch's result.
 std::vector<EpochResult> run_training(const TrainOptions& options, const WorldInfo& world);
 
+/// ddp-train evaluate: loads --checkpoint and evaluates it on the whole test set.
+void run_evaluation(const TrainOptions& options, const WorldInfo& world);
+
 /// Intra-op threads for this worker: --threads, else OMP_NUM_THREADS, else cores / local workers.
 int choose_threads(const TrainOptions& options, const WorldInfo& world, std::string& reason);
 

@@ -1,0 +1,60 @@
+// Checkpoints and state dicts. A checkpoint holds the model, the optimizer's momentum buffers,
+// the epoch and step, the RNG state, the config that made it and a format version; it is written
+// by rank 0 only, atomically (temporary file, fsync, rename), so a crash leaves the previous one
+// intact. Files are pickled dicts of tensors and plain values only: loading one never runs code.
+// State dicts (--export) load in Python with torch.load + load_state_dict, and Python's
+// torch.save(net.state_dict(), ...) files load here (--init-from).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace ddp {
+
+/// The checkpoint format this build writes and reads.
+constexpr int64_t kCheckpointVersion = 1;
+
+/// Where a run stood when the checkpoint was written.
+struct CheckpointState {
+  int64_t epoch = 0;        // epochs completed
+  int64_t global_step = 0;  // optimizer steps taken
+  int64_t world_size = 1;
+  std::string config;       // the effective configuration, as text
+  torch::Tensor rng_state;  // torch's default CPU generator
+};
+
+/// Writes `module`'s parameters and buffers, `optimizer`'s momentum buffers and `state` to
+/// `path` atomically. Throws IoError (disk full, read-only directory); the old file survives.
+void save_checkpoint(const std::string& path, const torch::nn::Module& module,
+                     torch::optim::SGD& optimizer, const CheckpointState& state);
+
+/// Loads a checkpoint into `module` (and `optimizer` when not null). Throws DataError naming the
+/// file for a truncated or foreign file, a wrong format version, or a model whose parameter
+/// names or shapes differ (all differences listed).
+CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                torch::optim::SGD* optimizer);
+
+/// Writes the module's state dict (parameters and buffers by name) for Python's torch.load.
+void export_state_dict(const std::string& path, const torch::nn::Module& module);
+
+/// Reads a state dict: one written by export_state_dict, a checkpoint's model part, or
+/// Python's torch.save(module.state_dict(), path).
+std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
+
+/// Copies `state` into `module`; every name must exist with the same shape, both ways. Throws
+/// DataError listing the differences, naming `source`.
+void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& state,
+                     const std::string& source);
+
+/// DIR/checkpoint-epoch-NNNN.pt
+std::string checkpoint_path(const std::string& dir, int64_t epoch);
+/// The checkpoint of the highest epoch in `dir`, or "" when there is none.
+std::string latest_checkpoint(const std::string& dir);
+/// Deletes all but the `keep` newest checkpoints in `dir`.
+void prune_checkpoints(const std::string& dir, int keep);
+
+}  // namespace ddp

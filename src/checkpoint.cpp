@@ -1,0 +1,265 @@
+#include "ddp/checkpoint.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+
+#include "ddp/atomic_file.h"
+#include "ddp/error.h"
+#include "torch_compat.h"
+
+namespace ddp {
+namespace {
+
+using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
+constexpr const char* kFormatName = "ddp.cpp checkpoint";
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// LibTorch 1.13's unpickler turns collections.OrderedDict into None (it expects one only as a
+// tensor's backward hooks) and has no SETITEM, so Python's torch.save(module.state_dict()) —
+// an OrderedDict with a _metadata attribute — does not load with torch::pickle_load. This
+// rewrites that one, well-known shape of pickle: the OrderedDict constructions become plain
+// empty dicts and the trailing BUILD of _metadata is dropped. Returns "" when it is not that
+// shape.
+std::string rewrite_python_state_dict_pickle(std::string pkl) {
+  const std::string head = std::string("\x80\x02" "ccollections\nOrderedDict\nq\x00)R", 31);
+  if (pkl.compare(0, head.size(), head) != 0) return "";
+  const size_t meta = pkl.rfind(std::string("X\x09\x00\x00\x00_metadata", 14));
+  if (meta != std::string::npos) {
+    size_t start = std::string::npos;
+    if (meta >= 3 && pkl[meta - 3] == '}' && pkl[meta - 2] == 'q') start = meta - 3;
+    if (meta >= 6 && pkl[meta - 6] == '}' && pkl[meta - 5] == 'r') start = meta - 6;
+    if (start == std::string::npos) return "";
+    pkl.resize(start);
+    pkl += '.';  // STOP: the dict of tensors is the result
+  }
+  pkl.replace(2, head.size() - 2, "}");
+  const std::string again("h\x00)R", 4);  // BINGET 0 (the OrderedDict class), (), REDUCE
+  for (size_t at = pkl.find(again); at != std::string::npos; at = pkl.find(again, at + 1)) {
+    pkl.replace(at, again.size(), "}");
+  }
+  return pkl;
+}
+
+c10::IValue unpickle_python_state_dict(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader zip(path);
+  at::DataPtr data;
+  size_t size = 0;
+  std::tie(data, size) = zip.getRecord("data.pkl");
+  const std::string pkl =
+      rewrite_python_state_dict_pickle(std::string(static_cast<const char*>(data.get()), size));
+  if (pkl.empty()) throw Error("not a torch.save'd state_dict");
+  size_t pos = 0;
+  torch::jit::Unpickler unpickler(
+      [&](char* buf, size_t len) {
+        const size_t n = std::min(len, pkl.size() - pos);
+        std::memcpy(buf, pkl.data() + pos, n);
+        pos += n;
+        return n;
+      },
+      nullptr, nullptr,
+      [&](const std::string& name) { return std::get<0>(zip.getRecord("data/" + name)); },
+      c10::nullopt);
+  return unpickler.parse_ivalue();
+}
+
+// Any pickled file: ours (torch::pickle_save), or Python's torch.save of a dict or state_dict.
+c10::IValue load_pickle(const std::string& path) {
+  const std::vector<char> bytes = read_bytes(path);
+  try {
+    return torch::pickle_load(bytes);
+  } catch (const c10::Error& first) {
+    try {
+      return unpickle_python_state_dict(path);
+    } catch (const std::exception&) {
+      throw DataError(concat(path, ": not a readable checkpoint or state dict (",
+                             first_line(first.what_without_backtrace()),
+                             "); the file is truncated or was not written by ddp.cpp or torch.save"));
+    }
+  }
+}
+
+std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const std::string& path,
+                                                const std::string& what) {
+  if (!value.isGenericDict()) throw DataError(concat(path, ": ", what, " is not a dict of tensors"));
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& kv : value.toGenericDict()) {
+    if (!kv.key().isString() || !kv.value().isTensor()) {
+      throw DataError(concat(path, ": ", what, " holds something other than named tensors"));
+    }
+    out[kv.key().toStringRef()] = kv.value().toTensor();
+  }
+  return out;
+}
+
+c10::Dict<std::string, torch::Tensor> state_dict_of(const torch::nn::Module& module) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& p : module.named_parameters(true)) dict.insert(p.key(), p.value().detach().contiguous());
+  for (const auto& b : module.named_buffers(true)) dict.insert(b.key(), b.value().detach().contiguous());
+  return dict;
+}
+
+std::string shape_string(const torch::Tensor& t) { return concat(t.sizes()); }
+
+const c10::IValue& field(const GenericDict& dict, const std::string& key, const std::string& path) {
+  auto it = dict.find(key);
+  if (it == dict.end()) throw DataError(concat(path, ": checkpoint has no '", key, "' entry; it is damaged"));
+  return it->value();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module,
+                     torch::optim::SGD& optimizer, const CheckpointState& state) {
+  GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("format", std::string(kFormatName));
+  dict.insert("version", kCheckpointVersion);
+  dict.insert("model", state_dict_of(module));
+  c10::Dict<std::string, torch::Tensor> momentum;
+  auto& states = optimizer.state();
+  for (const auto& p : module.named_parameters(true)) {
+    auto it = states.find(compat::optimizer_state_key(p.value()));
+    if (it == states.end()) continue;
+    const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
+    if (sgd.momentum_buffer().defined()) momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
+  }
+  dict.insert("optimizer.momentum", momentum);
+  dict.insert("epoch", state.epoch);
+  dict.insert("global_step", state.global_step);
+  dict.insert("world_size", state.world_size);
+  dict.insert("config", state.config);
+  if (state.rng_state.defined()) dict.insert("rng.torch", state.rng_state);
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& module,
+                                torch::optim::SGD* optimizer) {
+  const c10::IValue root = load_pickle(path);
+  if (!root.isGenericDict()) throw DataError(concat(path, ": not a ddp.cpp checkpoint"));
+  const GenericDict dict = root.toGenericDict();
+  auto format = dict.find("format");
+  if (format == dict.end() || !format->value().isString() || format->value().toStringRef() != kFormatName) {
+    throw DataError(concat(path, ": not a ddp.cpp checkpoint (no format tag); for a plain state "
+                                 "dict use --init-from"));
+  }
+  const int64_t version = field(dict, "version", path).toInt();
+  if (version != kCheckpointVersion) {
+    throw DataError(concat(path, ": checkpoint format version ", version, ", but this build reads version ",
+                           kCheckpointVersion));
+  }
+  load_state_dict(module, tensors_of(field(dict, "model", path), path, "model"), path);
+  if (optimizer != nullptr) {
+    const auto momentum = tensors_of(field(dict, "optimizer.momentum", path), path, "optimizer state");
+    auto& states = optimizer->state();
+    for (const auto& p : module.named_parameters(true)) {
+      auto m = momentum.find(p.key());
+      if (m == momentum.end()) continue;
+      auto fresh = std::make_unique<torch::optim::SGDParamState>();
+      fresh->momentum_buffer(m->second.clone());
+      states[compat::optimizer_state_key(p.value())] = std::move(fresh);
+    }
+  }
+  CheckpointState state;
+  state.epoch = field(dict, "epoch", path).toInt();
+  state.global_step = field(dict, "global_step", path).toInt();
+  state.world_size = field(dict, "world_size", path).toInt();
+  state.config = field(dict, "config", path).toStringRef();
+  auto rng = dict.find("rng.torch");
+  if (rng != dict.end()) state.rng_state = rng->value().toTensor();
+  return state;
+}
+
+void export_state_dict(const std::string& path, const torch::nn::Module& module) {
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state_dict_of(module)));
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
+  const c10::IValue root = load_pickle(path);
+  if (root.isGenericDict()) {
+    const GenericDict dict = root.toGenericDict();
+    auto model = dict.find("model");
+    if (dict.find("format") != dict.end() && model != dict.end()) return tensors_of(model->value(), path, "model");
+  }
+  return tensors_of(root, path, "the state dict");
+}
+
+void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& state,
+                     const std::string& source) {
+  std::vector<std::string> problems;
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& p : module.named_parameters(true)) targets[p.key()] = p.value();
+  for (const auto& b : module.named_buffers(true)) targets[b.key()] = b.value();
+  for (const auto& [name, target] : targets) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      problems.push_back(concat("missing ", name, " ", shape_string(target)));
+    } else if (it->second.sizes() != target.sizes()) {
+      problems.push_back(concat(name, " has shape ", shape_string(it->second), " in the file but ",
+                                shape_string(target), " in the model"));
+    }
+  }
+  for (const auto& [name, tensor] : state) {
+    if (targets.count(name) == 0) problems.push_back(concat("unexpected ", name, " ", shape_string(tensor)));
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) list += "\n  " + p;
+    throw DataError(concat(source, " does not fit this model (another architecture or data set?):", list));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, target] : targets) target.copy_(state.at(name));
+}
+
+std::string checkpoint_path(const std::string& dir, int64_t epoch) {
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint-epoch-%04lld.pt", static_cast<long long>(epoch));
+  return dir + "/" + name;
+}
+
+namespace {
+// (epoch, path) of every finished checkpoint in dir; temporary files are ignored.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    long long epoch = 0;
+    char tail[8] = {0};
+    if (std::sscanf(e->d_name, "checkpoint-epoch-%lld%7s", &epoch, tail) == 2 && std::strcmp(tail, ".pt") == 0) {
+      out.emplace_back(epoch, dir + "/" + e->d_name);
+    }
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::string latest_checkpoint(const std::string& dir) {
+  const auto all = list_checkpoints(dir);
+  return all.empty() ? "" : all.back().second;
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) ::unlink(all[i].second.c_str());
+}
+
+}  // namespace ddp

@@ -1,0 +1,233 @@
+// Checkpoints: exact resume (one process and several), Python interop both ways, and bad or
+// interrupted checkpoints rejected without losing the last good one.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "ddp/atomic_file.h"
+#include "ddp/checkpoint.h"
+#include "ddp/data/cifar10.h"
+#include "ddp/data/synthetic.h"
+#include "ddp/error.h"
+#include "models/net.h"
+#include "support/process.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::set<std::string> fingerprints(const std::string& output) {
+  std::set<std::string> out;
+  const std::regex re("final weights fingerprint ([0-9a-f]+)");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.insert((*it)[1]);
+  return out;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new test::TempDir();
+    data::write_synthetic_cifar10(data_->path(), {800, 300, 0, 0.5});
+  }
+  static void TearDownTestSuite() { delete data_; }
+  std::vector<std::string> train(std::vector<std::string> extra) const {
+    std::vector<std::string> argv = {test::train_bin(), "--data-dir", data_->path(), "--max-steps", "6",
+                                     "--lr", "0.01", "--no-eval", "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  static test::TempDir* data_;
+};
+test::TempDir* CheckpointTest::data_ = nullptr;
+
+TEST_F(CheckpointTest, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
+  test::TempDir dir;
+  const auto whole = test::run(train({"--epochs", "3"}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = test::run(train({"--epochs", "2", "--checkpoint-dir", dir / "ck"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto rest = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("after epoch 2"), std::string::npos) << rest.output;
+  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+  EXPECT_EQ(fingerprints(whole.output).size(), 1u);
+}
+
+TEST_F(CheckpointTest, KilledRunResumesToTheSameWeights) {
+  test::TempDir dir;
+  const auto whole = test::run(train({"--epochs", "4"}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  {
+    test::Child run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck"}), {});
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!path_exists(checkpoint_path(dir / "ck", 1)) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);  // waiting for the child's first checkpoint, bounded
+    }
+    ASSERT_TRUE(path_exists(checkpoint_path(dir / "ck", 1)));
+    ::kill(run.pid(), SIGKILL);
+    run.wait(10s);
+  }
+  const auto rest = test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
+  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+}
+
+TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
+  test::TempDir dir;
+  const auto whole = test::run(train({"--nproc-per-node", "2", "--epochs", "3"}), {}, 180s);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first = test::run(train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir", dir / "ck"}), {}, 180s);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto rest = test::run(
+      train({"--nproc-per-node", "2", "--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}), {}, 180s);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(fingerprints(whole.output).size(), 1u) << whole.output;  // both ranks agree
+  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+}
+
+TEST_F(CheckpointTest, ResumeWithAnotherWorldSizeWorksAndSaysSo) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
+  const auto r = test::run(train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir", dir / "ck",
+                                  "--resume", "auto"}),
+                           {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not bit-identical"), std::string::npos) << r.output;
+}
+
+TEST_F(CheckpointTest, ExportLoadsInPythonWithTheSamePredictions) {
+  test::TempDir dir;
+  const auto r = test::run(train({"--epochs", "1", "--export", dir / "model.pt"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto py = test::run_python("state_dict_interop.py", {"predict", dir / "model.pt", data_->path(), dir / "py.txt"});
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+
+  models::Net net;
+  load_state_dict(*net, read_state_dict(dir / "model.pt"), "model.pt");
+  net->eval();
+  data::Cifar10Dataset test(data_->path(), data::Split::kTest);
+  torch::Tensor images = torch::empty({int64_t(test.size()), 3, 32, 32});
+  for (size_t i = 0; i < test.size(); ++i) {
+    images[int64_t(i)] = torch::from_blob(const_cast<uint8_t*>(test.image(i)), {3, 32, 32}, torch::kUInt8)
+                             .to(torch::kFloat32)
+                             .div(255);
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor predictions = net->forward(images).argmax(1);
+  std::ifstream in(dir / "py.txt");
+  for (int64_t i = 0; i < predictions.size(0); ++i) {
+    int64_t p = -1;
+    in >> p;
+    ASSERT_EQ(p, predictions[i].item<int64_t>()) << "image " << i;
+  }
+}
+
+TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
+  test::TempDir dir;
+  const auto py = test::run_python("state_dict_interop.py", {"save", "5", "3", "32", dir / "py.pt"});
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  // Bit for bit the tensors Python saved (Python's init with seed 5 equals ours with seed 5).
+  torch::manual_seed(5);
+  models::Net expected;
+  const auto state = read_state_dict(dir / "py.pt");
+  for (const auto& p : expected->named_parameters()) {
+    ASSERT_TRUE(state.count(p.key())) << p.key();
+    EXPECT_TRUE(torch::equal(state.at(p.key()), p.value())) << p.key();
+  }
+  // And the trainer starts from them: evaluating them gives Python's loss.
+  const auto predict = test::run_python("state_dict_interop.py", {"predict", dir / "py.pt", data_->path(), dir / "p.txt"});
+  ASSERT_EQ(predict.exit_code, 0) << predict.output;
+  std::ifstream in(dir / "p.txt");
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const auto eval = test::run({test::train_bin(), "evaluate", "--checkpoint", dir / "py.pt", "--data-dir", data_->path()});
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(eval.output, m, std::regex("test_loss ([0-9.]+)"))) << eval.output;
+  EXPECT_NEAR(std::stod(m[1]), std::stod(last), 1e-4);
+  const auto init = test::run(train({"--epochs", "1", "--init-from", dir / "py.pt"}));
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  EXPECT_NE(init.output.find("initial weights from"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, TruncatedCheckpointIsRejectedAndNotOverwritten) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
+  const std::string path = checkpoint_path(dir / "ck", 1);
+  const std::string bytes = test::read_file(path);
+  write_file_atomic(path, bytes.substr(0, bytes.size() / 2));
+  const auto r = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(path + ": not a readable checkpoint"), std::string::npos) << r.output;
+  EXPECT_EQ(test::read_file(path), bytes.substr(0, bytes.size() / 2));  // untouched
+  EXPECT_FALSE(path_exists(checkpoint_path(dir / "ck", 2)));
+}
+
+TEST_F(CheckpointTest, CheckpointOfAnotherModelListsTheDifferences) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
+  data::write_synthetic_idx(dir / "idx", {50, 20, 0, 0.5});
+  const auto r = test::run({test::train_bin(), "evaluate", "--dataset", "mnist", "--data-dir", dir / "idx",
+                            "--checkpoint", checkpoint_path(dir / "ck", 1)});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("does not fit this model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("conv1.weight has shape [64, 3, 3, 3] in the file but [64, 1, 3, 3] in the model"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("fc.weight has shape [10, 8192] in the file but [10, 6272]"), std::string::npos) << r.output;
+}
+
+TEST_F(CheckpointTest, WrongFormatVersionIsNamed) {
+  test::TempDir dir;
+  c10::Dict<c10::IValue, c10::IValue> dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("format", std::string("ddp.cpp checkpoint"));
+  dict.insert("version", int64_t(99));
+  const auto bytes = torch::pickle_save(c10::IValue(dict));
+  write_file_atomic(dir / "future.pt", bytes.data(), bytes.size());
+  models::Net net;
+  try {
+    load_checkpoint(dir / "future.pt", *net, nullptr);
+    FAIL() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("format version 99, but this build reads version 1"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(CheckpointTest, CrashDuringSaveLeavesThePreviousCheckpointLoadable) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
+  // What a crash mid-save leaves: a partial temporary file. It is never taken for a checkpoint.
+  const std::string good = checkpoint_path(dir / "ck", 1);
+  std::ofstream(checkpoint_path(dir / "ck", 2) + ".tmp-crash") << test::read_file(good).substr(0, 1000);
+  EXPECT_EQ(latest_checkpoint(dir / "ck"), good);
+  // A save that fails (the target's directory is a file) throws and leaves the old file alone.
+  models::Net net;
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  EXPECT_THROW(save_checkpoint(good + "/x.pt", *net, sgd, {}), IoError);
+  EXPECT_NO_THROW(load_checkpoint(good, *net, &sgd));
+  const auto r = test::run(train({"--epochs", "2", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("after epoch 1"), std::string::npos) << r.output;
+}
+
+TEST_F(CheckpointTest, KeepPrunesOldCheckpoints) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--keep", "2"})).exit_code, 0);
+  EXPECT_FALSE(path_exists(checkpoint_path(dir / "ck", 2)));
+  EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 3)));
+  EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 4)));
+}
+
+}  // namespace
+}  // namespace ddp
