@@ -68,7 +68,8 @@ int pick_free_port() {
 
 class Group {
  public:
-  Group(const LaunchOptions& options, int port, int restart) : o_(options), port_(port), restart_(restart) {}
+  Group(const LaunchOptions& options, int port, int restart, std::string store_file)
+      : o_(options), port_(port), restart_(restart), store_file_(std::move(store_file)) {}
   ~Group() { stop(0.0); }
 
   void start();
@@ -87,6 +88,7 @@ class Group {
   const LaunchOptions& o_;
   int port_;
   int restart_;
+  std::string store_file_;  // one node: the rendezvous FileStore; empty across nodes
   std::vector<Worker> workers_;
 };
 
@@ -114,7 +116,8 @@ void Group::spawn(Worker& w) {
   std::vector<std::string> env;
   const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                          "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE"};
+                                         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE",
+                                         "DDP_STORE_FILE"};
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
@@ -130,6 +133,7 @@ void Group::spawn(Worker& w) {
   env.push_back(concat("MASTER_ADDR=", o_.master_addr));
   env.push_back(concat("MASTER_PORT=", port_));
   env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
+  if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
   std::vector<char*> argv, envp;
   for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -338,9 +342,18 @@ int launch(const LaunchOptions& options) {
     ::sigaction(SIGINT, &old_int, nullptr);
     ::sigaction(SIGTERM, &old_term, nullptr);
   };
+  // On one node the workers meet through a FileStore in a private directory instead of a TCP
+  // port; a fresh file per restart, so a new group never sees the old one's keys.
+  std::string store_dir;
+  if (options.nnodes == 1) {
+    char tmpl[] = "/tmp/ddprun-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw IoError(concat("cannot create a directory in /tmp: ", std::strerror(errno)));
+    store_dir = tmpl;
+  }
   int result = 0;
   for (int restart = 0;; ++restart) {
-    Group group(options, port, restart);
+    const std::string store_file = store_dir.empty() ? "" : concat(store_dir, "/store-", restart);
+    Group group(options, port, restart, store_file);
     group.start();
     const int failed = group.watch();
     if (failed == -1) {
@@ -372,6 +385,10 @@ int launch(const LaunchOptions& options) {
     break;
   }
   restore();
+  if (!store_dir.empty()) {
+    for (int r = 0; r <= options.max_restarts; ++r) ::unlink(concat(store_dir, "/store-", r).c_str());
+    ::rmdir(store_dir.c_str());
+  }
   return result;
 }
 

@@ -104,7 +104,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
   c10::intrusive_ptr<c10d::Store> store;
   std::string master_host = world.master_addr;
   try {
-    if (url == "env://") {
+    if (url == "env://" && std::getenv("DDP_STORE_FILE") != nullptr) {
+      // ddprun on one node: a FileStore in the launcher's private directory, so no port is
+      // opened at all (LibTorch 1.13's TCPStore server listens on every interface).
+      store = c10::make_intrusive<c10d::FileStore>(std::getenv("DDP_STORE_FILE"), size);
+      store->setTimeout(options.rendezvous_timeout);
+      master_host = "127.0.0.1";
+    } else if (url == "env://") {
       if (size > 1 && !world.master_port_set) {
         throw InvalidArgument(
             "init method env:// needs MASTER_ADDR and MASTER_PORT (set by torchrun, ddprun or "

@@ -100,6 +100,9 @@ int train(const std::vector<std::string>& args) {
     }
     return ddp::launch(launch);
   }
+  if (options.nproc_per_node > 0 && world.rank == 0) {
+    std::printf("ddp-train: --nproc-per-node ignored: already started by a launcher (%s)\n", world.source.c_str());
+  }
   ddp::train::run_training(options, world);
   return 0;
 }

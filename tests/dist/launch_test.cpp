@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "ddp/data/synthetic.h"
@@ -173,6 +174,85 @@ TEST_F(LaunchTest, EnvironmentLogDirAndRankZeroOnlyConsole) {
   EXPECT_NE(r.output.find("[rank 0] R=0 W=3 L=0 LW=3 G=0 A=127.0.0.1 P="), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[rank 1]"), std::string::npos) << r.output;
   EXPECT_NE(test::read_file(logs / "rank_2.log").find("R=2 W=3 L=2 LW=3 G=0"), std::string::npos);
+}
+
+// Local addresses ("0100007F:1F90" style, as /proc/net/tcp writes them) of every listening TCP
+// socket that process `pid` holds.
+std::vector<std::string> listening_addresses(int pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = ::opendir(fd_dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      char target[256] = {0};
+      const std::string link = fd_dir + "/" + e->d_name;
+      if (::readlink(link.c_str(), target, sizeof target - 1) > 0) {
+        const std::string t(target);
+        if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+      }
+    }
+    ::closedir(d);
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(test::read_file(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode)) out.push_back(local);
+    }
+  }
+  return out;
+}
+
+TEST_F(LaunchTest, OneNodeJobListensOnLoopbackOnly) {
+  test::TempDir out;
+  test::Child launcher({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
+                        "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
+                       marked_env());
+  ASSERT_TRUE(wait_until([&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; }, 120s));
+  for (int pid : processes_with(marker())) {
+    for (const std::string& local : listening_addresses(pid)) {
+      // IPv4 127.0.0.1 is 0100007F; IPv6 ::1 is 00000000000000000000000001000000.
+      const std::string host = local.substr(0, local.find(':'));
+      EXPECT_TRUE(host == "0100007F" || host == "00000000000000000000000001000000")
+          << "pid " << pid << " listens on " << local;
+    }
+  }
+  ::kill(launcher.pid(), SIGTERM);
+  launcher.wait(30s);
+}
+
+TEST_F(LaunchTest, MaxRestartsResumesFromTheLatestCheckpoint) {
+  test::TempDir dir;
+  const std::vector<std::string> job = {test::train_bin(), "--data-dir", data_->path(), "--max-steps", "5",
+                                        "--no-eval"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = job;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  const auto whole = test::run(with({"--epochs", "3", "--nproc-per-node", "2"}), {}, 180s);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  // The first attempt trains one epoch, checkpoints, then fails; the restart must pick up there.
+  std::string script = "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then ";
+  for (const auto& a : job) script += "'" + a + "' ";
+  script += "--epochs 1 --checkpoint-dir '" + dir / "ck" + "' >/dev/null && exit 9; fi; exec ";
+  for (const auto& a : job) script += "'" + a + "' ";
+  script += "--epochs 3 --checkpoint-dir '" + dir / "ck" + "'";
+  const auto r = test::run(
+      {ddprun_bin(), "--nproc-per-node", "2", "--max-restarts", "1", "--rank0-only", "--", "/bin/sh", "-c", script}, {},
+      240s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exited with code 9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  const std::regex re("final weights fingerprint ([0-9a-f]+)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(whole.output, a, re));
+  ASSERT_TRUE(std::regex_search(r.output, b, re)) << r.output;
+  EXPECT_EQ(a[1], b[1]);
 }
 
 TEST_F(LaunchTest, BadFlagsAreClearErrors) {
