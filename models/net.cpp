@@ -4,7 +4,8 @@ namespace ddp::models {
 
 NetImpl::NetImpl(int64_t in_channels, int64_t side, int64_t num_classes) {
   namespace nn = torch::nn;
-  conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 3).stride(1).padding(1)));
+  conv1 = register_module("conv1",
+                          nn::Conv2d(nn::Conv2dOptions(in_channels, 64, 3).stride(1).padding(1)));
   conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(64, 128, 3).stride(1).padding(1)));
   const int64_t pooled = side / 4;  // two 2x2 max-pools
   fc = register_module("fc", nn::Linear(128 * pooled * pooled, num_classes));

@@ -37,7 +37,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   int fd = ::mkstemp(name.data());
   if (fd < 0) {
     throw IoError(concat("cannot create a file next to ", path, ": ", std::strerror(errno),
-                      "; check that the directory exists and is writable"));
+                         "; check that the directory exists and is writable"));
   }
   const std::string tmp(name.data());
   auto fail = [&](const char* what) {
@@ -45,7 +45,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
     ::close(fd);
     ::unlink(tmp.c_str());
     throw IoError(concat("cannot write ", path, " (", what, "): ", std::strerror(err),
-                      "; the previous file, if any, is untouched"));
+                         "; the previous file, if any, is untouched"));
   };
   const char* p = static_cast<const char*>(data);
   size_t left = size;

@@ -37,7 +37,10 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 // empty dicts and the trailing BUILD of _metadata is dropped. Returns "" when it is not that
 // shape.
 std::string rewrite_python_state_dict_pickle(std::string pkl) {
-  const std::string head = std::string("\x80\x02" "ccollections\nOrderedDict\nq\x00)R", 31);
+  const std::string head = std::string(
+      "\x80\x02"
+      "ccollections\nOrderedDict\nq\x00)R",
+      31);
   if (pkl.compare(0, head.size(), head) != 0) return "";
   const size_t meta = pkl.rfind(std::string("X\x09\x00\x00\x00_metadata", 14));
   if (meta != std::string::npos) {
@@ -87,16 +90,18 @@ c10::IValue load_pickle(const std::string& path) {
     try {
       return unpickle_python_state_dict(path);
     } catch (const std::exception&) {
-      throw DataError(concat(path, ": not a readable checkpoint or state dict (",
-                             first_line(first.what_without_backtrace()),
-                             "); the file is truncated or was not written by ddp.cpp or torch.save"));
+      throw DataError(
+          concat(path, ": not a readable checkpoint or state dict (",
+                 first_line(first.what_without_backtrace()),
+                 "); the file is truncated or was not written by ddp.cpp or torch.save"));
     }
   }
 }
 
 std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const std::string& path,
                                                 const std::string& what) {
-  if (!value.isGenericDict()) throw DataError(concat(path, ": ", what, " is not a dict of tensors"));
+  if (!value.isGenericDict())
+    throw DataError(concat(path, ": ", what, " is not a dict of tensors"));
   std::map<std::string, torch::Tensor> out;
   for (const auto& kv : value.toGenericDict()) {
     if (!kv.key().isString() || !kv.value().isTensor()) {
@@ -109,8 +114,10 @@ std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const 
 
 c10::Dict<std::string, torch::Tensor> state_dict_of(const torch::nn::Module& module) {
   c10::Dict<std::string, torch::Tensor> dict;
-  for (const auto& p : module.named_parameters(true)) dict.insert(p.key(), p.value().detach().contiguous());
-  for (const auto& b : module.named_buffers(true)) dict.insert(b.key(), b.value().detach().contiguous());
+  for (const auto& p : module.named_parameters(true))
+    dict.insert(p.key(), p.value().detach().contiguous());
+  for (const auto& b : module.named_buffers(true))
+    dict.insert(b.key(), b.value().detach().contiguous());
   return dict;
 }
 
@@ -118,7 +125,8 @@ std::string shape_string(const torch::Tensor& t) { return concat(t.sizes()); }
 
 const c10::IValue& field(const GenericDict& dict, const std::string& key, const std::string& path) {
   auto it = dict.find(key);
-  if (it == dict.end()) throw DataError(concat(path, ": checkpoint has no '", key, "' entry; it is damaged"));
+  if (it == dict.end())
+    throw DataError(concat(path, ": checkpoint has no '", key, "' entry; it is damaged"));
   return it->value();
 }
 
@@ -136,7 +144,8 @@ void save_checkpoint(const std::string& path, const torch::nn::Module& module,
     auto it = states.find(compat::optimizer_state_key(p.value()));
     if (it == states.end()) continue;
     const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
-    if (sgd.momentum_buffer().defined()) momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
+    if (sgd.momentum_buffer().defined())
+      momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
   }
   dict.insert("optimizer.momentum", momentum);
   dict.insert("epoch", state.epoch);
@@ -154,18 +163,21 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
   if (!root.isGenericDict()) throw DataError(concat(path, ": not a ddp.cpp checkpoint"));
   const GenericDict dict = root.toGenericDict();
   auto format = dict.find("format");
-  if (format == dict.end() || !format->value().isString() || format->value().toStringRef() != kFormatName) {
-    throw DataError(concat(path, ": not a ddp.cpp checkpoint (no format tag); for a plain state "
-                                 "dict use --init-from"));
+  if (format == dict.end() || !format->value().isString() ||
+      format->value().toStringRef() != kFormatName) {
+    throw DataError(concat(path,
+                           ": not a ddp.cpp checkpoint (no format tag); for a plain state "
+                           "dict use --init-from"));
   }
   const int64_t version = field(dict, "version", path).toInt();
   if (version != kCheckpointVersion) {
-    throw DataError(concat(path, ": checkpoint format version ", version, ", but this build reads version ",
-                           kCheckpointVersion));
+    throw DataError(concat(path, ": checkpoint format version ", version,
+                           ", but this build reads version ", kCheckpointVersion));
   }
   load_state_dict(module, tensors_of(field(dict, "model", path), path, "model"), path);
   if (optimizer != nullptr) {
-    const auto momentum = tensors_of(field(dict, "optimizer.momentum", path), path, "optimizer state");
+    const auto momentum =
+        tensors_of(field(dict, "optimizer.momentum", path), path, "optimizer state");
     auto& states = optimizer->state();
     for (const auto& p : module.named_parameters(true)) {
       auto m = momentum.find(p.key());
@@ -195,7 +207,8 @@ std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
   if (root.isGenericDict()) {
     const GenericDict dict = root.toGenericDict();
     auto model = dict.find("model");
-    if (dict.find("format") != dict.end() && model != dict.end()) return tensors_of(model->value(), path, "model");
+    if (dict.find("format") != dict.end() && model != dict.end())
+      return tensors_of(model->value(), path, "model");
   }
   return tensors_of(root, path, "the state dict");
 }
@@ -216,12 +229,14 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
     }
   }
   for (const auto& [name, tensor] : state) {
-    if (targets.count(name) == 0) problems.push_back(concat("unexpected ", name, " ", shape_string(tensor)));
+    if (targets.count(name) == 0)
+      problems.push_back(concat("unexpected ", name, " ", shape_string(tensor)));
   }
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += "\n  " + p;
-    throw DataError(concat(source, " does not fit this model (another architecture or data set?):", list));
+    throw DataError(
+        concat(source, " does not fit this model (another architecture or data set?):", list));
   }
   torch::NoGradGuard no_grad;
   for (auto& [name, target] : targets) target.copy_(state.at(name));
@@ -242,7 +257,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   while (dirent* e = ::readdir(d)) {
     long long epoch = 0;
     char tail[8] = {0};
-    if (std::sscanf(e->d_name, "checkpoint-epoch-%lld%7s", &epoch, tail) == 2 && std::strcmp(tail, ".pt") == 0) {
+    if (std::sscanf(e->d_name, "checkpoint-epoch-%lld%7s", &epoch, tail) == 2 &&
+        std::strcmp(tail, ".pt") == 0) {
       out.emplace_back(epoch, dir + "/" + e->d_name);
     }
   }
@@ -259,7 +275,8 @@ std::string latest_checkpoint(const std::string& dir) {
 
 void prune_checkpoints(const std::string& dir, int keep) {
   auto all = list_checkpoints(dir);
-  for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i) ::unlink(all[i].second.c_str());
+  for (size_t i = 0; i + size_t(std::max(keep, 1)) < all.size(); ++i)
+    ::unlink(all[i].second.c_str());
 }
 
 }  // namespace ddp

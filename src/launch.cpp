@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -100,7 +100,8 @@ void Group::start() {
     w.rank = o_.node_rank * o_.nproc_per_node + i;
     if (!o_.log_dir.empty()) {
       const std::string path = concat(o_.log_dir, "/rank_", w.rank, ".log");
-      w.log = std::make_unique<std::ofstream>(path, restart_ == 0 ? std::ios::trunc : std::ios::app);
+      w.log =
+          std::make_unique<std::ofstream>(path, restart_ == 0 ? std::ios::trunc : std::ios::app);
       if (!*w.log) throw IoError(concat("--log-dir: cannot write ", path));
     }
     spawn(w);
@@ -114,9 +115,15 @@ void Group::spawn(Worker& w) {
   }
   const int world = o_.nnodes * o_.nproc_per_node;
   std::vector<std::string> env;
-  const std::vector<std::string> ours = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                         "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                         "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE",
+  const std::vector<std::string> ours = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "GROUP_RANK",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "TORCHELASTIC_USE_AGENT_STORE",
                                          "DDP_STORE_FILE"};
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
@@ -233,7 +240,8 @@ int Group::watch() {
     const int ready = ::poll(fds.data(), nfds_t(fds.size()), 100);
     if (ready > 0) {
       for (size_t i = 0; i < fds.size(); ++i) {
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*owners[i].first, *owners[i].second, false);
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+          pump(*owners[i].first, *owners[i].second, false);
       }
     }
     bool all_done = true;
@@ -292,17 +300,21 @@ std::string describe_exit(int status) {
 }
 
 void validate(const LaunchOptions& o) {
-  if (o.command.empty()) throw InvalidArgument(concat(o.name, ": no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS..."));
+  if (o.command.empty())
+    throw InvalidArgument(
+        concat(o.name, ": no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS..."));
   if (o.nproc_per_node < 1) throw InvalidArgument("--nproc-per-node must be at least 1");
   if (o.nnodes < 1) throw InvalidArgument("--nnodes must be at least 1");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
     throw InvalidArgument(concat("--node-rank ", o.node_rank, " is not in [0, ", o.nnodes, ")"));
   }
   if (o.nnodes > 1 && o.master_port == 0) {
-    throw InvalidArgument("--master-port is required with --nnodes > 1 (every node must use the same)");
+    throw InvalidArgument(
+        "--master-port is required with --nnodes > 1 (every node must use the same)");
   }
   if (o.nnodes > 1 && o.master_addr.rfind("127.", 0) == 0) {
-    throw InvalidArgument("--master-addr must be rank 0's address reachable by every node with --nnodes > 1");
+    throw InvalidArgument(
+        "--master-addr must be rank 0's address reachable by every node with --nnodes > 1");
   }
   if (o.max_restarts < 0) throw InvalidArgument("--max-restarts must be >= 0");
   if (!(o.grace_seconds >= 0)) throw InvalidArgument("--grace must be >= 0 seconds");
@@ -312,18 +324,30 @@ void validate(const LaunchOptions& o) {
 
 std::string signal_name(int sig) {
   switch (sig) {
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGHUP: return "SIGHUP";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGQUIT: return "SIGQUIT";
-    default: return concat("signal ", sig);
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGQUIT:
+      return "SIGQUIT";
+    default:
+      return concat("signal ", sig);
   }
 }
 
@@ -335,7 +359,8 @@ int launch(const LaunchOptions& options) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
   auto restore = [&] {
@@ -347,7 +372,8 @@ int launch(const LaunchOptions& options) {
   std::string store_dir;
   if (options.nnodes == 1) {
     char tmpl[] = "/tmp/ddprun-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw IoError(concat("cannot create a directory in /tmp: ", std::strerror(errno)));
+    if (::mkdtemp(tmpl) == nullptr)
+      throw IoError(concat("cannot create a directory in /tmp: ", std::strerror(errno)));
     store_dir = tmpl;
   }
   int result = 0;
@@ -386,7 +412,8 @@ int launch(const LaunchOptions& options) {
   }
   restore();
   if (!store_dir.empty()) {
-    for (int r = 0; r <= options.max_restarts; ++r) ::unlink(concat(store_dir, "/store-", r).c_str());
+    for (int r = 0; r <= options.max_restarts; ++r)
+      ::unlink(concat(store_dir, "/store-", r).c_str());
     ::rmdir(store_dir.c_str());
   }
   return result;

@@ -59,7 +59,8 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
     throw InvalidArgument(concat("--init-method: '", url, "' is not of the form tcp://HOST:PORT"));
   }
   host = url.substr(scheme.size(), colon - scheme.size());
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (host.empty()) throw InvalidArgument(concat("--init-method: '", url, "' has no host"));
   port = parse_int(url.substr(colon + 1), "--init-method port", 1, 65535);
 }
@@ -81,9 +82,9 @@ void Work::wait() {
   try {
     work_->wait();
   } catch (const c10::Error& e) {
-    throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ",
-                               first_line(e.what_without_backtrace()),
-                               " (a peer rank exited, or stopped answering within the timeout)"));
+    throw DistributedError(
+        concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what_without_backtrace()),
+               " (a peer rank exited, or stopped answering within the timeout)"));
   } catch (const std::exception& e) {
     throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
   }
@@ -98,7 +99,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
   const int size = options.world_size >= 0 ? options.world_size : world.world_size;
   if (size < 1) throw InvalidArgument(concat("world size ", size, " must be at least 1"));
   if (rank < 0 || rank >= size) {
-    throw InvalidArgument(concat("rank ", rank, " is not in [0, ", size, ") for world size ", size));
+    throw InvalidArgument(
+        concat("rank ", rank, " is not in [0, ", size, ") for world size ", size));
   }
   const std::string& url = options.init_method;
   c10::intrusive_ptr<c10d::Store> store;
@@ -123,7 +125,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
-      store = compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
+      store =
+          compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
     } else if (url.rfind("file://", 0) == 0) {
       const std::string path = url.substr(7);
       if (path.empty()) throw InvalidArgument("--init-method file:// needs a path: file:///tmp/x");
@@ -131,23 +134,25 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       store->setTimeout(options.rendezvous_timeout);
       master_host = "127.0.0.1";
     } else {
-      throw InvalidArgument(concat("--init-method: '", url,
-                                "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
+      throw InvalidArgument(
+          concat("--init-method: '", url,
+                 "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
     }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     // c10d reports store failures as c10::Error or its own exception types, by version.
     const std::string msg = first_line(e.what());
-    const bool in_use = msg.find("in use") != std::string::npos ||
-                        msg.find("EADDRINUSE") != std::string::npos;
+    const bool in_use =
+        msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos;
     if (in_use) {
-      throw DistributedError(concat("rank 0: cannot host the store for ", url, ": the port is in use (",
-                                 msg, "); choose another port (--master-port / --init-method)"));
+      throw DistributedError(concat("rank 0: cannot host the store for ", url,
+                                    ": the port is in use (", msg,
+                                    "); choose another port (--master-port / --init-method)"));
     }
     throw DistributedError(concat("rank ", rank, ": cannot reach the store for ", url, " within ",
-                               seconds(options.rendezvous_timeout), " s: ", msg,
-                               "; check that rank 0 is running and the address is right"));
+                                  seconds(options.rendezvous_timeout), " s: ", msg,
+                                  "; check that rank 0 is running and the address is right"));
   }
   ProcessGroupOptions resolved = options;
   if (resolved.bind_address.empty() && !is_loopback_address(master_host) &&
@@ -188,13 +193,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   try {
     group->backend_impl_ = std::make_unique<Backend>();
-    group->backend_impl_->gloo =
-        compat::make_gloo(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size,
-                          options.timeout, host, options.bind_address.empty() && ifname ? ifname : "");
+    group->backend_impl_->gloo = compat::make_gloo(
+        c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size, options.timeout,
+        host, options.bind_address.empty() && ifname ? ifname : "");
   } catch (const std::exception& e) {
-    throw DistributedError(concat("rank ", rank, ": cannot connect the gloo process group (bound to ",
-                               ifname && options.bind_address.empty() ? ifname : host, "): ",
-                               first_line(e.what())));
+    throw DistributedError(concat(
+        "rank ", rank, ": cannot connect the gloo process group (bound to ",
+        ifname && options.bind_address.empty() ? ifname : host, "): ", first_line(e.what())));
   }
   return group;
 }
@@ -205,7 +210,8 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   const std::string me = "rendezvous/rank/" + std::to_string(rank_);
   const int64_t copies = store_->add(me + "/count", 1);
   if (copies > 1) {
-    throw DistributedError(concat("rank ", rank_, " joined twice; every process needs its own RANK"));
+    throw DistributedError(
+        concat("rank ", rank_, " joined twice; every process needs its own RANK"));
   }
   const std::string mine = std::to_string(size_);
   store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -213,7 +219,8 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
     const std::string key = "rendezvous/rank/" + std::to_string(r);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     try {
       store_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception&) {
@@ -223,18 +230,19 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
     const std::vector<uint8_t> theirs = store_->get(key);
     const std::string their_size(theirs.begin(), theirs.end());
     if (their_size != mine) {
-      throw DistributedError(concat("rank ", rank_, " was started with world size ", size_, " but rank ",
-                                 r, " with world size ", their_size,
-                                 "; start every rank with the same WORLD_SIZE"));
+      throw DistributedError(concat("rank ", rank_, " was started with world size ", size_,
+                                    " but rank ", r, " with world size ", their_size,
+                                    "; start every rank with the same WORLD_SIZE"));
     }
   }
   if (!missing.empty()) {
     std::ostringstream list;
     for (size_t i = 0; i < missing.size(); ++i) list << (i ? ", " : "") << missing[i];
-    throw TimeoutError(concat("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
-                           " s waiting for rank(s) ", list.str(), " of world size ", size_,
-                           "; they did not start, cannot reach the master, or were given another "
-                           "world size"));
+    throw TimeoutError(
+        concat("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
+               " s waiting for rank(s) ", list.str(), " of world size ", size_,
+               "; they did not start, cannot reach the master, or were given another "
+               "world size"));
   }
 }
 
@@ -265,9 +273,7 @@ std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) 
   return outputs[0];
 }
 
-void ProcessGroup::barrier() {
-  Work(backend_impl_->gloo->barrier(), "barrier", rank_).wait();
-}
+void ProcessGroup::barrier() { Work(backend_impl_->gloo->barrier(), "barrier", rank_).wait(); }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {
   return concat(what, "/", prefix_counter_++, "/");

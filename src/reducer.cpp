@@ -15,9 +15,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Bucket {
-  torch::Tensor buffer;             // flat storage of every gradient in the bucket
-  std::vector<size_t> params;       // parameter indices, in layout order
-  int pending = 0;                  // gradients not yet ready this iteration
+  torch::Tensor buffer;        // flat storage of every gradient in the bucket
+  std::vector<size_t> params;  // parameter indices, in layout order
+  int pending = 0;             // gradients not yet ready this iteration
   std::unique_ptr<PendingReduction> reduction;
 };
 
@@ -59,13 +59,15 @@ std::string signature_difference(const std::vector<std::string>& root,
                                  const std::vector<std::string>& other, int rank) {
   for (size_t i = 0; i < std::min(root.size(), other.size()); ++i) {
     if (root[i] != other[i]) {
-      return concat("entry ", i, " is '", root[i], "' on rank 0 but '", other[i], "' on rank ", rank);
+      return concat("entry ", i, " is '", root[i], "' on rank 0 but '", other[i], "' on rank ",
+                    rank);
     }
   }
   if (root.size() != other.size()) {
     const auto& longer = root.size() > other.size() ? root : other;
     return concat("rank 0 has ", root.size(), " parameters and buffers, rank ", rank, " has ",
-               other.size(), " (first extra: '", longer[std::min(root.size(), other.size())], "')");
+                  other.size(), " (first extra: '", longer[std::min(root.size(), other.size())],
+                  "')");
   }
   return "";
 }
@@ -104,22 +106,22 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
   std::vector<torch::Tensor> buffers;
 
   std::vector<Bucket> buckets;
-  std::vector<size_t> bucket_of;        // parameter → bucket
-  std::vector<torch::Tensor> views;     // parameter → its slice of its bucket, shaped like it
+  std::vector<size_t> bucket_of;     // parameter → bucket
+  std::vector<torch::Tensor> views;  // parameter → its slice of its bucket, shaped like it
 
   // Per-iteration state.
-  bool armed = false;                   // a synchronised backward is expected
+  bool armed = false;  // a synchronised backward is expected
   bool finalize_queued = false;
   std::vector<char> ready;
-  std::vector<char> used;               // produced a gradient (or not found unused) this iteration
-  std::vector<char> had_grad;           // .grad was defined before this iteration
-  std::vector<size_t> unused;           // found unused by after_forward
+  std::vector<char> used;      // produced a gradient (or not found unused) this iteration
+  std::vector<char> had_grad;  // .grad was defined before this iteration
+  std::vector<size_t> unused;  // found unused by after_forward
   size_t next_bucket = 0;
   int hooks_fired = 0;
-  std::vector<size_t> ready_order;      // first iteration's order, for the rebuild
+  std::vector<size_t> ready_order;  // first iteration's order, for the rebuild
   bool record_order = true;
   bool rebuild_pending = false;
-  std::string unfinished_error;         // reported at the next forward, as PyTorch does
+  std::string unfinished_error;  // reported at the next forward, as PyTorch does
 
   ReducerStats stats;
 
@@ -228,7 +230,8 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   if (!group) throw InvalidArgument("DistributedDataParallel: the process group is null");
   if (!(options.bucket_cap_mb() > 0) || !(options.first_bucket_cap_mb() > 0)) {
     throw InvalidArgument(concat("DistributedDataParallel: bucket caps must be positive, got ",
-                              options.first_bucket_cap_mb(), " and ", options.bucket_cap_mb(), " MiB"));
+                                 options.first_bucket_cap_mb(), " and ", options.bucket_cap_mb(),
+                                 " MiB"));
   }
   s.module = std::move(module);
   s.group = std::move(group);
@@ -249,7 +252,7 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
         s.group->store().wait({key}, s.group->timeout());
       } catch (const std::exception&) {
         throw TimeoutError(concat("rank ", s.group->rank(), ": rank ", r,
-                               " did not construct DistributedDataParallel within the timeout"));
+                                  " did not construct DistributedDataParallel within the timeout"));
       }
       const std::vector<uint8_t> bytes = s.group->store().get(key);
       all.push_back(split_lines(std::string(bytes.begin(), bytes.end())));
@@ -258,8 +261,8 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
       const std::string diff = signature_difference(all[0], all[size_t(r)], r);
       if (!diff.empty()) {
         throw DistributedError(concat("DistributedDataParallel: rank ", r,
-                                   "'s model differs from rank 0's: ", diff,
-                                   "; every rank must build the same model"));
+                                      "'s model differs from rank 0's: ", diff,
+                                      "; every rank must build the same model"));
       }
     }
   }
@@ -269,14 +272,16 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
     if (!p.value().requires_grad()) continue;
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;  // shared parameter
     if (p.value().is_sparse()) {
-      throw InvalidArgument(concat("DistributedDataParallel: parameter ", p.key(), " is sparse; only dense parameters are supported"));
+      throw InvalidArgument(concat("DistributedDataParallel: parameter ", p.key(),
+                                   " is sparse; only dense parameters are supported"));
     }
     s.params.push_back(p.value());
     s.names.push_back(p.key());
   }
   for (const auto& b : s.module->named_buffers(true)) s.buffers.push_back(b.value());
   if (s.params.empty()) {
-    throw InvalidArgument("DistributedDataParallel: the module has no parameter that requires grad");
+    throw InvalidArgument(
+        "DistributedDataParallel: the module has no parameter that requires grad");
   }
   s.sync_module_states();
 
@@ -398,8 +403,8 @@ void Reducer::Impl::on_gradient(size_t index) {
   }
   if (ready[index]) {
     throw DistributedError(concat("DistributedDataParallel: parameter ", names[index],
-                               " received a gradient twice in one backward (a second backward "
-                               "through the same graph?); call forward again before backward"));
+                                  " received a gradient twice in one backward (a second backward "
+                                  "through the same graph?); call forward again before backward"));
   }
   attach_grad_to_view(index);
   used[index] = 1;
@@ -442,7 +447,8 @@ void Reducer::Impl::finalize() {
     unfinished_error = concat(
         "DistributedDataParallel (rank ", group->rank(),
         "): expected to have finished reduction in the prior iteration before starting a new one. "
-        "These parameters received no gradient: ", missing,
+        "These parameters received no gradient: ",
+        missing,
         ". Make every parameter take part in the loss, or construct DistributedDataParallel with "
         "find_unused_parameters(true)");
     return;

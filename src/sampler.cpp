@@ -9,9 +9,11 @@ namespace ddp {
 DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int rank,
                                        SamplerOptions options)
     : dataset_size_(dataset_size), world_size_(world_size), rank_(rank), options_(options) {
-  if (world_size < 1) throw InvalidArgument(concat("DistributedSampler: world size ", world_size, " < 1"));
+  if (world_size < 1)
+    throw InvalidArgument(concat("DistributedSampler: world size ", world_size, " < 1"));
   if (rank < 0 || rank >= world_size) {
-    throw InvalidArgument(concat("DistributedSampler: rank ", rank, " is outside [0, ", world_size, ")"));
+    throw InvalidArgument(
+        concat("DistributedSampler: rank ", rank, " is outside [0, ", world_size, ")"));
   }
   if (dataset_size < 0) throw InvalidArgument("DistributedSampler: negative data set size");
   // As PyTorch: drop_last truncates to a multiple of the world size, otherwise pads up to one.
@@ -37,7 +39,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   if (!options_.drop_last) {
     // Pad by repeating from the start, as many times as needed (PyTorch's math.ceil repeat).
     const int64_t padding = total_size_ - int64_t(all.size());
-    for (int64_t i = 0; i < padding && !all.empty(); ++i) all.push_back(all[size_t(i % dataset_size_)]);
+    for (int64_t i = 0; i < padding && !all.empty(); ++i)
+      all.push_back(all[size_t(i % dataset_size_)]);
   } else {
     all.resize(size_t(total_size_));
   }

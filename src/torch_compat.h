@@ -2,6 +2,7 @@
 // Everything else includes c10d and autograd internals through here.
 #pragma once
 
+#include <torch/csrc/api/include/torch/version.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -10,7 +11,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/api/include/torch/version.h>
 
 #include <chrono>
 #include <string>

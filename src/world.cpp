@@ -41,7 +41,8 @@ int parse_int(const std::string& text, const std::string& what, int min, int max
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
-    throw InvalidArgument(concat(what, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
+    throw InvalidArgument(
+        concat(what, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
   }
   return int(v);
 }
@@ -109,12 +110,13 @@ WorldInfo WorldInfo::from_map(const Env& env) {
   }
   if (w.rank >= w.world_size) {
     throw InvalidArgument(concat("rank ", w.rank, " is not below the world size ", w.world_size,
-                              " (from ", w.source, "'s environment variables); ranks are 0..",
-                              w.world_size - 1));
+                                 " (from ", w.source, "'s environment variables); ranks are 0..",
+                                 w.world_size - 1));
   }
   if (w.local_rank >= w.local_world_size) {
     throw InvalidArgument(concat("local rank ", w.local_rank, " is not below the local world size ",
-                              w.local_world_size, " (from ", w.source, "'s environment variables)"));
+                                 w.local_world_size, " (from ", w.source,
+                                 "'s environment variables)"));
   }
   return w;
 }

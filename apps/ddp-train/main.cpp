@@ -39,16 +39,25 @@ int make_data(const std::vector<std::string>& args) {
       return 0;
     }
     if (i + 1 >= args.size()) {
-      throw ddp::InvalidArgument(ddp::concat("make-data: ", flag, " needs a value (or is unknown); see make-data --help"));
+      throw ddp::InvalidArgument(
+          ddp::concat("make-data: ", flag, " needs a value (or is unknown); see make-data --help"));
     }
     const std::string& value = args[++i];
-    if (flag == "--out") out = value;
-    else if (flag == "--format") format = value;
-    else if (flag == "--train") options.train_size = size_t(ddp::parse_int(value, "--train", 5, 1 << 24));
-    else if (flag == "--test") options.test_size = size_t(ddp::parse_int(value, "--test", 1, 1 << 24));
-    else if (flag == "--seed") options.seed = uint64_t(ddp::parse_int(value, "--seed", 0, 1 << 30));
-    else if (flag == "--signal") options.signal = std::stod(value);
-    else throw ddp::InvalidArgument(ddp::concat("make-data: unknown flag '", flag, "'; see make-data --help"));
+    if (flag == "--out")
+      out = value;
+    else if (flag == "--format")
+      format = value;
+    else if (flag == "--train")
+      options.train_size = size_t(ddp::parse_int(value, "--train", 5, 1 << 24));
+    else if (flag == "--test")
+      options.test_size = size_t(ddp::parse_int(value, "--test", 1, 1 << 24));
+    else if (flag == "--seed")
+      options.seed = uint64_t(ddp::parse_int(value, "--seed", 0, 1 << 30));
+    else if (flag == "--signal")
+      options.signal = std::stod(value);
+    else
+      throw ddp::InvalidArgument(
+          ddp::concat("make-data: unknown flag '", flag, "'; see make-data --help"));
   }
   if (out.empty()) throw ddp::InvalidArgument("make-data: --out DIR is required");
   if (format == "cifar10") {
@@ -60,7 +69,8 @@ int make_data(const std::vector<std::string>& args) {
     std::printf("wrote synthetic IDX data (%zu train, %zu test) to %s\n", options.train_size,
                 options.test_size, out.c_str());
   } else {
-    throw ddp::InvalidArgument(ddp::concat("make-data --format: '", format, "' is not cifar10 or idx"));
+    throw ddp::InvalidArgument(
+        ddp::concat("make-data --format: '", format, "' is not cifar10 or idx"));
   }
   return 0;
 }
@@ -101,7 +111,8 @@ int train(const std::vector<std::string>& args) {
     return ddp::launch(launch);
   }
   if (options.nproc_per_node > 0 && world.rank == 0) {
-    std::printf("ddp-train: --nproc-per-node ignored: already started by a launcher (%s)\n", world.source.c_str());
+    std::printf("ddp-train: --nproc-per-node ignored: already started by a launcher (%s)\n",
+                world.source.c_str());
   }
   ddp::train::run_training(options, world);
   return 0;

@@ -34,7 +34,8 @@ int64_t parse_int64(const std::string& flag, const std::string& text, int64_t mi
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
-    throw InvalidArgument(concat(flag, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
+    throw InvalidArgument(
+        concat(flag, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
   }
   return v;
 }
@@ -78,56 +79,80 @@ const std::vector<Flag>& flags() {
       {"--momentum", "X", "SGD momentum (default 0.9)",
        [](O& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1); }},
       {"--weight-decay", "X", "SGD weight decay (default 0)",
-       [](O& o, const std::string& v) { o.weight_decay = parse_double("--weight-decay", v, 0, 1); }},
-      {"--seed", "N", "seed of the model's initial weights, the shuffling and the augmentation (default 0)",
+       [](O& o, const std::string& v) {
+         o.weight_decay = parse_double("--weight-decay", v, 0, 1);
+       }},
+      {"--seed", "N",
+       "seed of the model's initial weights, the shuffling and the augmentation (default 0)",
        [](O& o, const std::string& v) {
          o.seed = uint64_t(parse_int64("--seed", v, 0, int64_t(1) << 62));
        }},
-      {"--threads", "N", "intra-op threads per worker (default: cores / workers on this node, or OMP_NUM_THREADS)",
+      {"--threads", "N",
+       "intra-op threads per worker (default: cores / workers on this node, or OMP_NUM_THREADS)",
        [](O& o, const std::string& v) { o.threads = int(parse_int64("--threads", v, 1, 1024)); }},
       {"--max-steps", "N", "stop each epoch after N steps (default: the whole epoch)",
-       [](O& o, const std::string& v) { o.max_steps = parse_int64("--max-steps", v, 1, int64_t(1) << 40); }},
+       [](O& o, const std::string& v) {
+         o.max_steps = parse_int64("--max-steps", v, 1, int64_t(1) << 40);
+       }},
       {"--metrics", "FILE", "append JSON-lines metrics (steps and epochs) to FILE (rank 0)",
        [](O& o, const std::string& v) { o.metrics = v; }},
       {"--log-every", "N", "log the loss every N steps (default 50)",
-       [](O& o, const std::string& v) { o.log_every = parse_int64("--log-every", v, 1, int64_t(1) << 40); }},
+       [](O& o, const std::string& v) {
+         o.log_every = parse_int64("--log-every", v, 1, int64_t(1) << 40);
+       }},
       {"--no-eval", "", "skip the test-set evaluation after each epoch",
        [](O& o, const std::string&) { o.evaluate = false; }},
       {"--backend", "NAME", "gloo (default; CPU); nccl or mpi where LibTorch has them",
        [](O& o, const std::string& v) {
          if (v != "gloo" && v != "nccl" && v != "mpi") {
-           throw InvalidArgument(concat("--backend: unknown backend '", v, "'; use gloo, nccl or mpi"));
+           throw InvalidArgument(
+               concat("--backend: unknown backend '", v, "'; use gloo, nccl or mpi"));
          }
          o.backend = v;
        }},
       {"--init-method", "URL", "env:// (default), tcp://HOST:PORT or file:///PATH",
        [](O& o, const std::string& v) {
          if (v != "env://" && v.rfind("tcp://", 0) != 0 && v.rfind("file://", 0) != 0) {
-           throw InvalidArgument(concat("--init-method: '", v, "' is not env://, tcp://HOST:PORT or file:///PATH"));
+           throw InvalidArgument(
+               concat("--init-method: '", v, "' is not env://, tcp://HOST:PORT or file:///PATH"));
          }
          o.init_method = v;
        }},
-      {"--timeout", "SECONDS", "limit for every collective; a silent peer fails the job after it (default 300)",
+      {"--timeout", "SECONDS",
+       "limit for every collective; a silent peer fails the job after it (default 300)",
        [](O& o, const std::string& v) { o.timeout = parse_double("--timeout", v, 0.1, 86400); }},
       {"--rendezvous-timeout", "SECONDS", "limit for all ranks to meet at the start (default 120)",
        [](O& o, const std::string& v) {
          o.rendezvous_timeout = parse_double("--rendezvous-timeout", v, 0.1, 86400);
        }},
       {"--bucket-cap-mb", "MB", "gradient bucket size for the all-reduce (default 25)",
-       [](O& o, const std::string& v) { o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096); }},
-      {"--nproc-per-node", "N", "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
-       [](O& o, const std::string& v) { o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024)); }},
-      {"--checkpoint-dir", "DIR", "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
+       [](O& o, const std::string& v) {
+         o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096);
+       }},
+      {"--nproc-per-node", "N",
+       "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
+       [](O& o, const std::string& v) {
+         o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024));
+       }},
+      {"--checkpoint-dir", "DIR",
+       "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
        [](O& o, const std::string& v) { o.checkpoint_dir = v; }},
-      {"--checkpoint-every", "N", "write a checkpoint every N epochs (default 1; the last epoch always)",
-       [](O& o, const std::string& v) { o.checkpoint_every = int(parse_int64("--checkpoint-every", v, 1, 1000000)); }},
+      {"--checkpoint-every", "N",
+       "write a checkpoint every N epochs (default 1; the last epoch always)",
+       [](O& o, const std::string& v) {
+         o.checkpoint_every = int(parse_int64("--checkpoint-every", v, 1, 1000000));
+       }},
       {"--keep", "K", "keep the K newest checkpoints (default 3)",
        [](O& o, const std::string& v) { o.keep = int(parse_int64("--keep", v, 1, 1000000)); }},
-      {"--resume", "PATH|auto", "continue from a checkpoint; auto: the newest in --checkpoint-dir, if any",
+      {"--resume", "PATH|auto",
+       "continue from a checkpoint; auto: the newest in --checkpoint-dir, if any",
        [](O& o, const std::string& v) { o.resume = v; }},
-      {"--export", "FILE", "at the end, write the model's state dict for Python's torch.load (rank 0)",
+      {"--export", "FILE",
+       "at the end, write the model's state dict for Python's torch.load (rank 0)",
        [](O& o, const std::string& v) { o.export_path = v; }},
-      {"--init-from", "FILE", "start from a state dict: an --export, a checkpoint, or Python's torch.save(net.state_dict())",
+      {"--init-from", "FILE",
+       "start from a state dict: an --export, a checkpoint, or Python's "
+       "torch.save(net.state_dict())",
        [](O& o, const std::string& v) { o.init_from = v; }},
       {"--checkpoint", "FILE", "ddp-train evaluate: the checkpoint or state dict to evaluate",
        [](O& o, const std::string& v) { o.checkpoint = v; }},
@@ -175,7 +200,8 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, bool& hel
     throw InvalidArgument("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
   }
   if (!options.resume.empty() && !options.init_from.empty()) {
-    throw InvalidArgument("--resume and --init-from exclude each other: a checkpoint already holds the weights");
+    throw InvalidArgument(
+        "--resume and --init-from exclude each other: a checkpoint already holds the weights");
   }
   if (!options.download_md5.empty() && options.download_url.empty()) {
     throw InvalidArgument("--download-md5 only applies together with --download-url");
@@ -187,11 +213,11 @@ std::string config_text(const TrainOptions& o) {
   std::ostringstream out;
   out << "dataset = " << o.dataset << "\ndata_dir = " << o.data_dir << "\nmodel = " << o.model
       << "\nepochs = " << o.epochs << "\nbatch_size = " << o.batch_size << "\nlr = " << o.lr
-      << "\nmomentum = " << o.momentum << "\nweight_decay = " << o.weight_decay << "\nseed = " << o.seed
-      << "\nnormalize = " << o.normalize << "\nrandom_crop = " << o.random_crop
-      << "\nhorizontal_flip = " << o.horizontal_flip << "\nchannels_last = " << o.channels_last
-      << "\nmax_steps = " << o.max_steps << "\nbackend = " << o.backend
-      << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\n";
+      << "\nmomentum = " << o.momentum << "\nweight_decay = " << o.weight_decay
+      << "\nseed = " << o.seed << "\nnormalize = " << o.normalize
+      << "\nrandom_crop = " << o.random_crop << "\nhorizontal_flip = " << o.horizontal_flip
+      << "\nchannels_last = " << o.channels_last << "\nmax_steps = " << o.max_steps
+      << "\nbackend = " << o.backend << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\n";
   return out.str();
 }
 
@@ -199,14 +225,18 @@ std::string train_help() {
   std::ostringstream out;
   out << "ddp-train: train an image classifier with distributed data parallelism.\n\n"
          "usage: ddp-train [FLAGS]                 train (defaults: the reference program)\n"
-         "       ddp-train evaluate --checkpoint FILE [--dataset ...]   test-set accuracy of a model\n"
-         "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data --help)\n\n"
+         "       ddp-train evaluate --checkpoint FILE [--dataset ...]   test-set accuracy of a "
+         "model\n"
+         "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data "
+         "--help)\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process.\n\nflags:\n";
   for (const Flag& f : flags()) {
     std::string left = "  " + f.name + (f.value.empty() ? "" : " " + f.value);
-    if (left.size() < 28) left.resize(28, ' ');
-    else left += "\n" + std::string(28, ' ');
+    if (left.size() < 28)
+      left.resize(28, ' ');
+    else
+      left += "\n" + std::string(28, ' ');
     out << left << f.help << "\n";
   }
   out << "  --help                    show this text\n";

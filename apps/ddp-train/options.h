@@ -40,15 +40,15 @@ struct TrainOptions {
   double timeout = 300;             // seconds, for every collective
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double bucket_cap_mb = 25;
-  int nproc_per_node = 0;           // > 0: start this many workers of ddp-train
+  int nproc_per_node = 0;  // > 0: start this many workers of ddp-train
   // Checkpoints and interop.
   std::string checkpoint_dir;
   int checkpoint_every = 1;  // epochs
   int keep = 3;
-  std::string resume;        // PATH or "auto"
-  std::string export_path;   // state dict for Python, written at the end
-  std::string init_from;     // state dict (ours or Python's) to start from
-  std::string checkpoint;    // evaluate: the file to evaluate
+  std::string resume;       // PATH or "auto"
+  std::string export_path;  // state dict for Python, written at the end
+  std::string init_from;    // state dict (ours or Python's) to start from
+  std::string checkpoint;   // evaluate: the file to evaluate
 };
 
 /// The effective configuration as "key = value" lines (saved in checkpoints).

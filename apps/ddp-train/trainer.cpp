@@ -151,9 +151,10 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
     s.group = ProcessGroup::init(pg, world);
   }
   if (is_root) {
-    std::printf("ddp-train: world size %d (%s), backend %s, %d intra-op thread(s) per worker (%s)\n",
-                world.world_size, world.source.c_str(), world.world_size > 1 ? o.backend.c_str() : "none",
-                threads, thread_reason.c_str());
+    std::printf(
+        "ddp-train: world size %d (%s), backend %s, %d intra-op thread(s) per worker (%s)\n",
+        world.world_size, world.source.c_str(), world.world_size > 1 ? o.backend.c_str() : "none",
+        threads, thread_reason.c_str());
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);
@@ -174,11 +175,13 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
   const data::ImageShape shape = s.train_set->shape();
   if (shape.height != shape.width || shape.height % 4 != 0) {
-    throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x", shape.width,
+    throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x",
+                           shape.width,
                            "; the net model needs square images with a side divisible by 4"));
   }
   if (is_root) {
-    std::printf("data: %s; %s\n", s.train_set->description().c_str(), s.test_set->description().c_str());
+    std::printf("data: %s; %s\n", s.train_set->description().c_str(),
+                s.test_set->description().c_str());
   }
   // The model, seeded before it is built, as the reference program does.
   torch::manual_seed(o.seed);
@@ -208,10 +211,11 @@ void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
   if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
   Session s = open_session(o, world);
   load_state_dict(*s.model, read_state_dict(o.checkpoint), o.checkpoint);
-  const Evaluation e = evaluate(s.model, *s.test_set, s.loader_options, s.group.get(), world.rank, world.world_size);
+  const Evaluation e =
+      evaluate(s.model, *s.test_set, s.loader_options, s.group.get(), world.rank, world.world_size);
   if (world.rank == 0) {
-    std::printf("evaluate %s: test_loss %.6f  test_acc %.2f%% (%lld images)\n", o.checkpoint.c_str(), e.loss,
-                100 * e.accuracy, (long long)e.total);
+    std::printf("evaluate %s: test_loss %.6f  test_acc %.2f%% (%lld images)\n",
+                o.checkpoint.c_str(), e.loss, 100 * e.accuracy, (long long)e.total);
   }
 }
 
@@ -225,9 +229,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const auto& test_set = session.test_set;
   models::Net& model = session.model;
   const data::LoaderOptions& loader_options = session.loader_options;
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(o.lr)
-                                                       .momentum(o.momentum)
-                                                       .weight_decay(o.weight_decay));
+  torch::optim::SGD optimizer(
+      model->parameters(),
+      torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
 
   // Where to start: a checkpoint (explicit, or the newest after a launcher restart), a state
   // dict, or the seeded initial weights. Every rank reads the same file.
@@ -247,9 +251,10 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     if (is_root) {
       std::printf("resumed from %s after epoch %lld\n", resume.c_str(), (long long)state.epoch);
       if (state.world_size != world_size) {
-        std::printf("note: the checkpoint was written with world size %lld, this run has %d: the data is "
-                    "re-sharded, so the result is not bit-identical to an uninterrupted run\n",
-                    (long long)state.world_size, world_size);
+        std::printf(
+            "note: the checkpoint was written with world size %lld, this run has %d: the data is "
+            "re-sharded, so the result is not bit-identical to an uninterrupted run\n",
+            (long long)state.world_size, world_size);
       }
     }
   } else if (!o.init_from.empty()) {
@@ -272,8 +277,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   for (int epoch = start_epoch; epoch <= o.epochs; ++epoch) {
     sampler.set_epoch(epoch - 1);
     loader.start_epoch(sampler.indices(), epoch - 1);
-    const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches())
-                                          : loader.num_batches();
+    const int64_t steps =
+        o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches()) : loader.num_batches();
     StepTimes times;
     torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
     int64_t images = 0;
@@ -342,10 +347,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("optimizer_seconds", times.optimizer);
       metrics.write(record);
       if (o.evaluate) {
-        std::printf("epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.2f%% (%lld images)"
-                    "  %.1f s  %.0f img/s\n",
-                    epoch, o.epochs, r.train_loss, r.test_loss, 100 * r.test_acc,
-                    (long long)eval.total, r.seconds, r.images_per_second);
+        std::printf(
+            "epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.2f%% (%lld images)"
+            "  %.1f s  %.0f img/s\n",
+            epoch, o.epochs, r.train_loss, r.test_loss, 100 * r.test_acc, (long long)eval.total,
+            r.seconds, r.images_per_second);
       } else {
         std::printf("epoch %d/%d  train_loss %.4f  %.1f s  %.0f img/s\n", epoch, o.epochs,
                     r.train_loss, r.seconds, r.images_per_second);

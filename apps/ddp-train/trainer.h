@@ -14,8 +14,8 @@ struct EpochResult {
   int epoch = 0;
   double train_loss = 0;
   double test_loss = 0;
-  double test_acc = 0;  // fraction in [0, 1]
-  double seconds = 0;   // training part of the epoch
+  double test_acc = 0;           // fraction in [0, 1]
+  double seconds = 0;            // training part of the epoch
   double images_per_second = 0;  // all ranks together
 };
 

@@ -1,6 +1,7 @@
 // ddprun: start N workers of any program linked with libddp, with torchrun's conventions.
 //   ddprun --nproc-per-node 4 -- ./my_program --its-flags
-//   ddprun --nnodes 2 --node-rank 0 --master-addr HOST0 --master-port 29500 --nproc-per-node 2 -- ./my_program
+//   ddprun --nnodes 2 --node-rank 0 --master-addr HOST0 --master-port 29500 --nproc-per-node 2 --
+//   ./my_program
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -72,15 +73,24 @@ int main(int argc, char** argv) {
         if (i + 1 >= args.size()) throw ddp::InvalidArgument(ddp::concat(flag, " needs a value"));
         value = args[++i];
       }
-      if (flag == "--nproc-per-node") o.nproc_per_node = ddp::parse_int(value, flag, 1, 1024);
-      else if (flag == "--nnodes") o.nnodes = ddp::parse_int(value, flag, 1, 65536);
-      else if (flag == "--node-rank") o.node_rank = ddp::parse_int(value, flag, 0, 65535);
-      else if (flag == "--master-addr") o.master_addr = value;
-      else if (flag == "--master-port") o.master_port = ddp::parse_int(value, flag, 1, 65535);
-      else if (flag == "--max-restarts") o.max_restarts = ddp::parse_int(value, flag, 0, 1000);
-      else if (flag == "--grace") o.grace_seconds = std::atof(value.c_str());
-      else if (flag == "--log-dir") o.log_dir = value;
-      else throw ddp::InvalidArgument(ddp::concat("unknown flag '", args[i], "'; see ddprun --help"));
+      if (flag == "--nproc-per-node")
+        o.nproc_per_node = ddp::parse_int(value, flag, 1, 1024);
+      else if (flag == "--nnodes")
+        o.nnodes = ddp::parse_int(value, flag, 1, 65536);
+      else if (flag == "--node-rank")
+        o.node_rank = ddp::parse_int(value, flag, 0, 65535);
+      else if (flag == "--master-addr")
+        o.master_addr = value;
+      else if (flag == "--master-port")
+        o.master_port = ddp::parse_int(value, flag, 1, 65535);
+      else if (flag == "--max-restarts")
+        o.max_restarts = ddp::parse_int(value, flag, 0, 1000);
+      else if (flag == "--grace")
+        o.grace_seconds = std::atof(value.c_str());
+      else if (flag == "--log-dir")
+        o.log_dir = value;
+      else
+        throw ddp::InvalidArgument(ddp::concat("unknown flag '", args[i], "'; see ddprun --help"));
     }
     o.command.assign(args.begin() + long(i), args.end());
     return ddp::launch(o);

@@ -94,7 +94,9 @@ class DistributedDataParallel {
   void eval() { module_->eval(); }
 
   /// Replaces the default all-reduce (before the first backward).
-  void register_comm_hook(std::unique_ptr<CommHook> hook) { reducer_.set_comm_hook(std::move(hook)); }
+  void register_comm_hook(std::unique_ptr<CommHook> hook) {
+    reducer_.set_comm_hook(std::move(hook));
+  }
 
   Reducer& reducer() { return reducer_; }
   const ReducerStats& stats() const { return reducer_.stats(); }

@@ -15,7 +15,9 @@ class JsonRecord {
   JsonRecord& add(const std::string& key, int64_t value);
   JsonRecord& add(const std::string& key, int value) { return add(key, int64_t(value)); }
   JsonRecord& add(const std::string& key, const std::string& value);
-  JsonRecord& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
+  JsonRecord& add(const std::string& key, const char* value) {
+    return add(key, std::string(value));
+  }
   JsonRecord& add(const std::string& key, bool value);
   /// The object as one line, without the newline.
   std::string str() const { return "{" + body_ + "}"; }

@@ -36,10 +36,10 @@ struct DDPOptions {
 
 /// What the last synchronised backward did, for tests, logs and benchmarks.
 struct ReducerStats {
-  int64_t iterations = 0;        // synchronised backward passes finished
+  int64_t iterations = 0;  // synchronised backward passes finished
   int num_buckets = 0;
   bool buckets_rebuilt = false;
-  int hooks_per_iteration = 0;   // gradient-ready hooks in the last backward
+  int hooks_per_iteration = 0;  // gradient-ready hooks in the last backward
   /// For each bucket of the last backward, how many gradient hooks had fired when its
   /// reduction started. A value below hooks_per_iteration is overlap with backward.
   std::vector<int> hooks_before_launch;

@@ -29,8 +29,8 @@ std::string Cifar10Dataset::resolve_dir(const std::string& dir, Split split) {
   const std::string nested = dir + "/cifar-10-batches-bin";
   if (is_file(nested + "/" + first)) return nested;
   throw IoError(concat("CIFAR-10 not found: neither ", dir, "/", first, " nor ", nested, "/", first,
-                    " exists; pass --data-dir pointing at cifar-10-batches-bin (or its parent), "
-                    "add --download, or make a synthetic set with `ddp-train make-data`"));
+                       " exists; pass --data-dir pointing at cifar-10-batches-bin (or its parent), "
+                       "add --download, or make a synthetic set with `ddp-train make-data`"));
 }
 
 Cifar10Dataset::Cifar10Dataset(const std::string& dir, Split split) {
@@ -39,15 +39,15 @@ Cifar10Dataset::Cifar10Dataset(const std::string& dir, Split split) {
     auto file = std::make_unique<MappedFile>(root + "/" + name);
     if (file->size() == 0 || file->size() % kCifarRecordBytes != 0) {
       throw DataError(concat(file->path(), ": size ", file->size(),
-                          " bytes is not a positive multiple of the CIFAR-10 record size ",
-                          kCifarRecordBytes, "; the file is truncated or not CIFAR-10 binary"));
+                             " bytes is not a positive multiple of the CIFAR-10 record size ",
+                             kCifarRecordBytes, "; the file is truncated or not CIFAR-10 binary"));
     }
     const size_t records = file->size() / kCifarRecordBytes;
     for (size_t r = 0; r < records; ++r) {
       const uint8_t label = file->data()[r * kCifarRecordBytes];
       if (label >= 10) {
         throw DataError(concat(file->path(), ": record ", r, " has label ", int(label),
-                            ", but CIFAR-10 labels are 0-9; the file is corrupt"));
+                               ", but CIFAR-10 labels are 0-9; the file is corrupt"));
       }
     }
     first_index_.push_back(size_);

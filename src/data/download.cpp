@@ -48,9 +48,10 @@ void fetch(const std::string& url, const std::string& dest, long timeout_seconds
   curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT, timeout_seconds);
   const CURLcode rc = curl_easy_perform(curl.get());
   if (rc != CURLE_OK) {
-    throw IoError(concat("download of ", url, " failed: ", errbuf[0] ? errbuf : curl_easy_strerror(rc),
-                      "; check the network, or fetch cifar-10-binary.tar.gz yourself and unpack it "
-                      "into --data-dir"));
+    throw IoError(
+        concat("download of ", url, " failed: ", errbuf[0] ? errbuf : curl_easy_strerror(rc),
+               "; check the network, or fetch cifar-10-binary.tar.gz yourself and unpack it "
+               "into --data-dir"));
   }
   if (std::fflush(out.get()) != 0) throw IoError(concat("cannot write ", dest, ": disk full?"));
 }
@@ -60,12 +61,13 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
   archive_read_support_filter_all(in.get());
   archive_read_support_format_all(in.get());
   if (archive_read_open_filename(in.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK) {
-    throw DataError(concat(archive_path, ": not a readable archive: ", archive_error_string(in.get())));
+    throw DataError(
+        concat(archive_path, ": not a readable archive: ", archive_error_string(in.get())));
   }
   ArchiveWriterPtr out(archive_write_disk_new(), &archive_write_free);
   // Refuse ".." and links out, so a forged archive cannot write outside dest_dir.
-  archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                                ARCHIVE_EXTRACT_SECURE_SYMLINKS);
+  archive_write_disk_set_options(out.get(),
+                                 ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS);
   struct archive_entry* entry = nullptr;
   while (true) {
     const int rc = archive_read_next_header(in.get(), &entry);
@@ -75,7 +77,8 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
     }
     const std::string name = archive_entry_pathname(entry);
     if (name.empty() || name[0] == '/') {
-      throw DataError(concat(archive_path, ": entry '", name, "' has an absolute path; refusing it"));
+      throw DataError(
+          concat(archive_path, ": entry '", name, "' has an absolute path; refusing it"));
     }
     const std::string target = dest_dir + "/" + name;
     archive_entry_set_pathname(entry, target.c_str());
@@ -92,7 +95,8 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
       }
     }
     if (r != ARCHIVE_EOF) {
-      throw DataError(concat(archive_path, ": truncated archive: ", archive_error_string(in.get())));
+      throw DataError(
+          concat(archive_path, ": truncated archive: ", archive_error_string(in.get())));
     }
     archive_write_finish_entry(out.get());
   }
@@ -101,7 +105,8 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
 void remove_tree(const std::string& path) {
   // Only ever called on the private staging directory this file created.
   const std::string cmd = "rm -rf '" + path + "'";
-  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "warning: could not remove %s\n", path.c_str());
+  if (std::system(cmd.c_str()) != 0)
+    std::fprintf(stderr, "warning: could not remove %s\n", path.c_str());
 }
 
 }  // namespace
@@ -147,12 +152,13 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
     fetch(options.url, archive, options.timeout_seconds);
     const std::string md5 = md5_file(archive);
     if (md5 != options.md5) {
-      throw DataError(concat("download of ", options.url, " has MD5 ", md5, ", expected ", options.md5,
-                          "; the file is corrupt or not CIFAR-10 — try again"));
+      throw DataError(concat("download of ", options.url, " has MD5 ", md5, ", expected ",
+                             options.md5, "; the file is corrupt or not CIFAR-10 — try again"));
     }
     extract(archive, staging);
     if (!cifar_complete(staging + "/cifar-10-batches-bin")) {
-      throw DataError(concat(options.url, " does not contain cifar-10-batches-bin with all 6 batch files"));
+      throw DataError(
+          concat(options.url, " does not contain cifar-10-batches-bin with all 6 batch files"));
     }
     if (::rename((staging + "/cifar-10-batches-bin").c_str(), root.c_str()) != 0) {
       throw IoError(concat("cannot move the unpacked data to ", root, ": ", std::strerror(errno)));

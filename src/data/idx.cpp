@@ -20,9 +20,9 @@ uint32_t read_be32(const uint8_t* p) {
   return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
 }
 
-
 // The file of `base` in `dir`, preferring the gzip one as the downloads ship it.
-std::string find_idx_file(const std::string& dir, const std::string& base, const std::string& what) {
+std::string find_idx_file(const std::string& dir, const std::string& base,
+                          const std::string& what) {
   for (const std::string& candidate : {dir + "/" + base + ".gz", dir + "/" + base}) {
     if (std::FILE* f = std::fopen(candidate.c_str(), "rb")) {
       std::fclose(f);
@@ -30,7 +30,7 @@ std::string find_idx_file(const std::string& dir, const std::string& base, const
     }
   }
   throw IoError(concat(what, " not found: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
-                    " exists; pass --data-dir pointing at the directory holding the IDX files"));
+                       " exists; pass --data-dir pointing at the directory holding the IDX files"));
 }
 
 }  // namespace
@@ -50,7 +50,8 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
     }
     if (n == 0) break;
     if (out.size() + size_t(n) > max_bytes) {
-      throw DataError(concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
+      throw DataError(
+          concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
     }
     out.insert(out.end(), chunk.begin(), chunk.begin() + n);
   }
@@ -67,12 +68,16 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
   return out;
 }
 
-const char* IdxDataset::file_prefix(Split split) { return split == Split::kTrain ? "train" : "t10k"; }
+const char* IdxDataset::file_prefix(Split split) {
+  return split == Split::kTrain ? "train" : "t10k";
+}
 
 IdxDataset::IdxDataset(const std::string& dir, Split split, const std::string& name) {
   const std::string prefix = file_prefix(split);
-  const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte", name + " images");
-  const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte", name + " labels");
+  const std::string images_path =
+      find_idx_file(dir, prefix + "-images-idx3-ubyte", name + " images");
+  const std::string labels_path =
+      find_idx_file(dir, prefix + "-labels-idx1-ubyte", name + " labels");
 
   // Labels first: their count bounds what the image file may hold.
   labels_ = read_maybe_gzip(labels_path, size_t(1) << 31);
@@ -82,13 +87,13 @@ IdxDataset::IdxDataset(const std::string& dir, Split split, const std::string& n
   const size_t count = read_be32(labels_.data() + 4);
   if (labels_.size() - 8 != count) {
     throw DataError(concat(labels_path, ": header says ", count, " labels but the file holds ",
-                        labels_.size() - 8, "; the file is truncated or corrupt"));
+                           labels_.size() - 8, "; the file is truncated or corrupt"));
   }
   labels_.erase(labels_.begin(), labels_.begin() + 8);
   for (size_t i = 0; i < labels_.size(); ++i) {
     if (labels_[i] >= 10) {
       throw DataError(concat(labels_path, ": label ", i, " is ", int(labels_[i]),
-                          ", but this data set has 10 classes (0-9)"));
+                             ", but this data set has 10 classes (0-9)"));
     }
   }
 
@@ -101,15 +106,16 @@ IdxDataset::IdxDataset(const std::string& dir, Split split, const std::string& n
   const size_t cols = read_be32(raw.data() + 12);
   if (n != count) {
     throw DataError(concat(images_path, ": ", n, " images but ", labels_path, " has ", count,
-                        " labels; the two files do not belong together"));
+                           " labels; the two files do not belong together"));
   }
   if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
-    throw DataError(concat(images_path, ": image dimensions ", rows, "x", cols, " are not plausible"));
+    throw DataError(
+        concat(images_path, ": image dimensions ", rows, "x", cols, " are not plausible"));
   }
   if (raw.size() - 16 != n * rows * cols) {
     throw DataError(concat(images_path, ": header says ", n, " images of ", rows, "x", cols, " = ",
-                        n * rows * cols, " bytes, but the file holds ", raw.size() - 16,
-                        "; the file is truncated or corrupt"));
+                           n * rows * cols, " bytes, but the file holds ", raw.size() - 16,
+                           "; the file is truncated or corrupt"));
   }
   raw.erase(raw.begin(), raw.begin() + 16);
   images_ = std::move(raw);

@@ -15,8 +15,9 @@ Loader::Loader(const Dataset& dataset, LoaderOptions options)
   const auto& t = options_.transforms;
   const size_t channels = size_t(dataset.shape().channels);
   if (t.normalize && (t.mean.size() != channels || t.std.size() != channels)) {
-    throw InvalidArgument(concat("normalisation needs ", channels, " means and standard deviations, got ",
-                              t.mean.size(), " and ", t.std.size()));
+    throw InvalidArgument(concat("normalisation needs ", channels,
+                                 " means and standard deviations, got ", t.mean.size(), " and ",
+                                 t.std.size()));
   }
   for (float s : t.std) {
     if (!(s > 0)) throw InvalidArgument("normalisation standard deviations must be positive");
@@ -45,7 +46,8 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t sk
   stop();
   for (int64_t i : indices) {
     if (i < 0 || size_t(i) >= dataset_.size()) {
-      throw InvalidArgument(concat("loader: index ", i, " outside the data set of ", dataset_.size()));
+      throw InvalidArgument(
+          concat("loader: index ", i, " outside the data set of ", dataset_.size()));
     }
   }
   indices_ = std::move(indices);

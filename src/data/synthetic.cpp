@@ -21,7 +21,8 @@ class SampleMaker {
   SampleMaker(size_t image_bytes, const SyntheticOptions& options)
       : bytes_(image_bytes), signal_(options.signal), rng_(options.seed) {
     if (options.signal <= 0 || options.signal > 1) {
-      throw InvalidArgument(concat("synthetic data: signal ", options.signal, " must be in (0, 1]"));
+      throw InvalidArgument(
+          concat("synthetic data: signal ", options.signal, " must be in (0, 1]"));
     }
     for (auto& proto : prototypes_) {
       proto.resize(bytes_);

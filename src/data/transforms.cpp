@@ -42,7 +42,8 @@ void transform_image(const Dataset& dataset, size_t index, const TransformOption
   int dy = 0, dx = 0;
   bool flip = false;
   if (pad > 0 || options.horizontal_flip) {
-    std::mt19937_64 rng(mix(options.seed ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
+    std::mt19937_64 rng(
+        mix(options.seed ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
     if (pad > 0) {
       dy = int(rng() % uint64_t(2 * pad + 1)) - pad;
       dx = int(rng() % uint64_t(2 * pad + 1)) - pad;

@@ -28,7 +28,8 @@ using namespace std::chrono_literals;
 std::set<std::string> fingerprints(const std::string& output) {
   std::set<std::string> out;
   const std::regex re("final weights fingerprint ([0-9a-f]+)");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) out.insert((*it)[1]);
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
+    out.insert((*it)[1]);
   return out;
 }
 
@@ -40,8 +41,16 @@ class CheckpointTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
   std::vector<std::string> train(std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {test::train_bin(), "--data-dir", data_->path(), "--max-steps", "6",
-                                     "--lr", "0.01", "--no-eval", "--threads", "1"};
+    std::vector<std::string> argv = {test::train_bin(),
+                                     "--data-dir",
+                                     data_->path(),
+                                     "--max-steps",
+                                     "6",
+                                     "--lr",
+                                     "0.01",
+                                     "--no-eval",
+                                     "--threads",
+                                     "1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -55,7 +64,8 @@ TEST_F(CheckpointTest, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   const auto first = test::run(train({"--epochs", "2", "--checkpoint-dir", dir / "ck"}));
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  const auto rest = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  const auto rest =
+      test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("after epoch 2"), std::string::npos) << rest.output;
   EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
@@ -69,14 +79,16 @@ TEST_F(CheckpointTest, KilledRunResumesToTheSameWeights) {
   {
     test::Child run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck"}), {});
     const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (!path_exists(checkpoint_path(dir / "ck", 1)) && std::chrono::steady_clock::now() < deadline) {
+    while (!path_exists(checkpoint_path(dir / "ck", 1)) &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(10ms);  // waiting for the child's first checkpoint, bounded
     }
     ASSERT_TRUE(path_exists(checkpoint_path(dir / "ck", 1)));
     ::kill(run.pid(), SIGKILL);
     run.wait(10s);
   }
-  const auto rest = test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  const auto rest =
+      test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
   EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
@@ -86,10 +98,12 @@ TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
   test::TempDir dir;
   const auto whole = test::run(train({"--nproc-per-node", "2", "--epochs", "3"}), {}, 180s);
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  const auto first = test::run(train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir", dir / "ck"}), {}, 180s);
+  const auto first = test::run(
+      train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir", dir / "ck"}), {}, 180s);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  const auto rest = test::run(
-      train({"--nproc-per-node", "2", "--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}), {}, 180s);
+  const auto rest = test::run(train({"--nproc-per-node", "2", "--epochs", "3", "--checkpoint-dir",
+                                     dir / "ck", "--resume", "auto"}),
+                              {}, 180s);
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_EQ(fingerprints(whole.output).size(), 1u) << whole.output;  // both ranks agree
   EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
@@ -98,8 +112,8 @@ TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
 TEST_F(CheckpointTest, ResumeWithAnotherWorldSizeWorksAndSaysSo) {
   test::TempDir dir;
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
-  const auto r = test::run(train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir", dir / "ck",
-                                  "--resume", "auto"}),
+  const auto r = test::run(train({"--nproc-per-node", "2", "--epochs", "2", "--checkpoint-dir",
+                                  dir / "ck", "--resume", "auto"}),
                            {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("not bit-identical"), std::string::npos) << r.output;
@@ -109,7 +123,8 @@ TEST_F(CheckpointTest, ExportLoadsInPythonWithTheSamePredictions) {
   test::TempDir dir;
   const auto r = test::run(train({"--epochs", "1", "--export", dir / "model.pt"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto py = test::run_python("state_dict_interop.py", {"predict", dir / "model.pt", data_->path(), dir / "py.txt"});
+  const auto py = test::run_python("state_dict_interop.py",
+                                   {"predict", dir / "model.pt", data_->path(), dir / "py.txt"});
   ASSERT_EQ(py.exit_code, 0) << py.output;
 
   models::Net net;
@@ -118,9 +133,10 @@ TEST_F(CheckpointTest, ExportLoadsInPythonWithTheSamePredictions) {
   data::Cifar10Dataset test(data_->path(), data::Split::kTest);
   torch::Tensor images = torch::empty({int64_t(test.size()), 3, 32, 32});
   for (size_t i = 0; i < test.size(); ++i) {
-    images[int64_t(i)] = torch::from_blob(const_cast<uint8_t*>(test.image(i)), {3, 32, 32}, torch::kUInt8)
-                             .to(torch::kFloat32)
-                             .div(255);
+    images[int64_t(i)] =
+        torch::from_blob(const_cast<uint8_t*>(test.image(i)), {3, 32, 32}, torch::kUInt8)
+            .to(torch::kFloat32)
+            .div(255);
   }
   torch::NoGradGuard no_grad;
   const torch::Tensor predictions = net->forward(images).argmax(1);
@@ -134,7 +150,8 @@ TEST_F(CheckpointTest, ExportLoadsInPythonWithTheSamePredictions) {
 
 TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
   test::TempDir dir;
-  const auto py = test::run_python("state_dict_interop.py", {"save", "5", "3", "32", dir / "py.pt"});
+  const auto py =
+      test::run_python("state_dict_interop.py", {"save", "5", "3", "32", dir / "py.pt"});
   ASSERT_EQ(py.exit_code, 0) << py.output;
   // Bit for bit the tensors Python saved (Python's init with seed 5 equals ours with seed 5).
   torch::manual_seed(5);
@@ -145,12 +162,14 @@ TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
     EXPECT_TRUE(torch::equal(state.at(p.key()), p.value())) << p.key();
   }
   // And the trainer starts from them: evaluating them gives Python's loss.
-  const auto predict = test::run_python("state_dict_interop.py", {"predict", dir / "py.pt", data_->path(), dir / "p.txt"});
+  const auto predict = test::run_python("state_dict_interop.py",
+                                        {"predict", dir / "py.pt", data_->path(), dir / "p.txt"});
   ASSERT_EQ(predict.exit_code, 0) << predict.output;
   std::ifstream in(dir / "p.txt");
   std::string line, last;
   while (std::getline(in, line)) last = line;
-  const auto eval = test::run({test::train_bin(), "evaluate", "--checkpoint", dir / "py.pt", "--data-dir", data_->path()});
+  const auto eval = test::run(
+      {test::train_bin(), "evaluate", "--checkpoint", dir / "py.pt", "--data-dir", data_->path()});
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(eval.output, m, std::regex("test_loss ([0-9.]+)"))) << eval.output;
@@ -166,7 +185,8 @@ TEST_F(CheckpointTest, TruncatedCheckpointIsRejectedAndNotOverwritten) {
   const std::string path = checkpoint_path(dir / "ck", 1);
   const std::string bytes = test::read_file(path);
   write_file_atomic(path, bytes.substr(0, bytes.size() / 2));
-  const auto r = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  const auto r =
+      test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find(path + ": not a readable checkpoint"), std::string::npos) << r.output;
   EXPECT_EQ(test::read_file(path), bytes.substr(0, bytes.size() / 2));  // untouched
@@ -177,14 +197,17 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelListsTheDifferences) {
   test::TempDir dir;
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
   data::write_synthetic_idx(dir / "idx", {50, 20, 0, 0.5});
-  const auto r = test::run({test::train_bin(), "evaluate", "--dataset", "mnist", "--data-dir", dir / "idx",
-                            "--checkpoint", checkpoint_path(dir / "ck", 1)});
+  const auto r = test::run({test::train_bin(), "evaluate", "--dataset", "mnist", "--data-dir",
+                            dir / "idx", "--checkpoint", checkpoint_path(dir / "ck", 1)});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("does not fit this model"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("conv1.weight has shape [64, 3, 3, 3] in the file but [64, 1, 3, 3] in the model"),
+  EXPECT_NE(r.output.find(
+                "conv1.weight has shape [64, 3, 3, 3] in the file but [64, 1, 3, 3] in the model"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("fc.weight has shape [10, 8192] in the file but [10, 6272]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fc.weight has shape [10, 8192] in the file but [10, 6272]"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(CheckpointTest, WrongFormatVersionIsNamed) {
@@ -199,7 +222,8 @@ TEST_F(CheckpointTest, WrongFormatVersionIsNamed) {
     load_checkpoint(dir / "future.pt", *net, nullptr);
     FAIL() << "no error";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("format version 99, but this build reads version 1"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("format version 99, but this build reads version 1"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -209,21 +233,25 @@ TEST_F(CheckpointTest, CrashDuringSaveLeavesThePreviousCheckpointLoadable) {
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
   // What a crash mid-save leaves: a partial temporary file. It is never taken for a checkpoint.
   const std::string good = checkpoint_path(dir / "ck", 1);
-  std::ofstream(checkpoint_path(dir / "ck", 2) + ".tmp-crash") << test::read_file(good).substr(0, 1000);
+  std::ofstream(checkpoint_path(dir / "ck", 2) + ".tmp-crash")
+      << test::read_file(good).substr(0, 1000);
   EXPECT_EQ(latest_checkpoint(dir / "ck"), good);
   // A save that fails (the target's directory is a file) throws and leaves the old file alone.
   models::Net net;
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   EXPECT_THROW(save_checkpoint(good + "/x.pt", *net, sgd, {}), IoError);
   EXPECT_NO_THROW(load_checkpoint(good, *net, &sgd));
-  const auto r = test::run(train({"--epochs", "2", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
+  const auto r =
+      test::run(train({"--epochs", "2", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("after epoch 1"), std::string::npos) << r.output;
 }
 
 TEST_F(CheckpointTest, KeepPrunesOldCheckpoints) {
   test::TempDir dir;
-  ASSERT_EQ(test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--keep", "2"})).exit_code, 0);
+  ASSERT_EQ(
+      test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--keep", "2"})).exit_code,
+      0);
   EXPECT_FALSE(path_exists(checkpoint_path(dir / "ck", 2)));
   EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 3)));
   EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 4)));

@@ -46,7 +46,9 @@ class ReversedImpl : public nn::Module {
     second = register_module("second", nn::Linear(32, 16));
     third = register_module("third", nn::Linear(8, 32));
   }
-  torch::Tensor forward(torch::Tensor x) { return first(torch::relu(second(torch::relu(third(x))))); }
+  torch::Tensor forward(torch::Tensor x) {
+    return first(torch::relu(second(torch::relu(third(x)))));
+  }
   nn::Linear first{nullptr}, second{nullptr}, third{nullptr};
 };
 TORCH_MODULE(Reversed);
@@ -86,15 +88,16 @@ std::vector<torch::Tensor> train_single(M model, const Batches& data) {
 
 float max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   float worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<float>());
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<float>());
   return worst;
 }
 
 // Trains `models[r]` with DDP on rank r's slice of each batch; returns each rank's weights.
 template <typename M>
-std::vector<std::vector<torch::Tensor>> train_ddp(std::vector<M> models, const Batches& data,
-                                                  int world, DDPOptions options,
-                                                  const std::function<void(int, int, M&)>& before_step = {}) {
+std::vector<std::vector<torch::Tensor>> train_ddp(
+    std::vector<M> models, const Batches& data, int world, DDPOptions options,
+    const std::function<void(int, int, M&)>& before_step = {}) {
   std::vector<std::vector<torch::Tensor>> weights(static_cast<size_t>(world));
   const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
     M model = models[size_t(rank)];
@@ -132,11 +135,16 @@ void expect_equivalent_net(int world) {
   const auto expected = train_single(models::Net(), data);
   const auto got = train_ddp(build<models::Net>(world, [] { return models::Net(); }), data, world,
                              DDPOptions().bucket_cap_mb(0.2));
-  for (int r = 0; r < world; ++r) EXPECT_LT(max_difference(got[size_t(r)], expected), 1e-5) << "rank " << r;
+  for (int r = 0; r < world; ++r)
+    EXPECT_LT(max_difference(got[size_t(r)], expected), 1e-5) << "rank " << r;
 }
 
-TEST(DistributedDataParallel, NetOnTwoRanksEqualsOneProcessOnTheWholeBatch) { expect_equivalent_net(2); }
-TEST(DistributedDataParallel, NetOnThreeRanksEqualsOneProcessOnTheWholeBatch) { expect_equivalent_net(3); }
+TEST(DistributedDataParallel, NetOnTwoRanksEqualsOneProcessOnTheWholeBatch) {
+  expect_equivalent_net(2);
+}
+TEST(DistributedDataParallel, NetOnThreeRanksEqualsOneProcessOnTheWholeBatch) {
+  expect_equivalent_net(3);
+}
 
 void expect_equivalent_toy(int world) {
   const int per_rank = 4, steps = 25;
@@ -147,14 +155,19 @@ void expect_equivalent_toy(int world) {
   auto corrupt = [](int rank, int step, Toy& model) {
     if (rank == 1 && step == 7) model->scale.fill_(7.0);
   };
-  const auto got = train_ddp<Toy>(build<Toy>(world, [] { return Toy(); }), data, world,
-                                  DDPOptions().find_unused_parameters(true).bucket_cap_mb(0.001),
-                                  corrupt);
-  for (int r = 0; r < world; ++r) EXPECT_LT(max_difference(got[size_t(r)], expected), 1e-5) << "rank " << r;
+  const auto got =
+      train_ddp<Toy>(build<Toy>(world, [] { return Toy(); }), data, world,
+                     DDPOptions().find_unused_parameters(true).bucket_cap_mb(0.001), corrupt);
+  for (int r = 0; r < world; ++r)
+    EXPECT_LT(max_difference(got[size_t(r)], expected), 1e-5) << "rank " << r;
 }
 
-TEST(DistributedDataParallel, BufferAndUnusedParameterOnTwoRanksEqualOneProcess) { expect_equivalent_toy(2); }
-TEST(DistributedDataParallel, BufferAndUnusedParameterOnThreeRanksEqualOneProcess) { expect_equivalent_toy(3); }
+TEST(DistributedDataParallel, BufferAndUnusedParameterOnTwoRanksEqualOneProcess) {
+  expect_equivalent_toy(2);
+}
+TEST(DistributedDataParallel, BufferAndUnusedParameterOnThreeRanksEqualOneProcess) {
+  expect_equivalent_toy(3);
+}
 
 TEST(DistributedDataParallel, GloballyUnusedParameterKeepsNoGradient) {
   const auto errors = test::run_ranks(2, [](int, std::shared_ptr<ProcessGroup> group) {
@@ -170,7 +183,8 @@ TEST(DistributedDataParallel, GloballyUnusedParameterKeepsNoGradient) {
 TEST(DistributedDataParallel, AllReduceStartsBeforeBackwardEnds) {
   const auto errors = test::run_ranks(2, [](int, std::shared_ptr<ProcessGroup> group) {
     models::Net net;
-    DistributedDataParallel ddp(net, group, DDPOptions().bucket_cap_mb(0.05).first_bucket_cap_mb(0.05));
+    DistributedDataParallel ddp(net, group,
+                                DDPOptions().bucket_cap_mb(0.05).first_bucket_cap_mb(0.05));
     ddp.forward(torch::rand({2, 3, 32, 32})).sum().backward();
     const ReducerStats& stats = ddp.stats();
     ASSERT_GT(stats.num_buckets, 1);
@@ -190,19 +204,24 @@ TEST(DistributedDataParallel, NoSyncAccumulationEqualsOneBigBatch) {
   torch::manual_seed(0);
   Toy reference;
   for (int k = 0; k < 2; ++k) {
-    torch::nn::functional::cross_entropy(reference->forward(data.x[size_t(k)]), data.y[size_t(k)]).backward();
+    torch::nn::functional::cross_entropy(reference->forward(data.x[size_t(k)]), data.y[size_t(k)])
+        .backward();
   }
   const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
     torch::manual_seed(0);
     Toy model;
     DistributedDataParallel ddp(model, group, DDPOptions().find_unused_parameters(true));
-    auto slice = [&](int k, const std::vector<torch::Tensor>& t) { return t[size_t(k)].narrow(0, rank * micro, micro); };
+    auto slice = [&](int k, const std::vector<torch::Tensor>& t) {
+      return t[size_t(k)].narrow(0, rank * micro, micro);
+    };
     {
       auto guard = ddp.no_sync();
-      torch::nn::functional::cross_entropy(ddp.forward(slice(0, data.x)), slice(0, data.y)).backward();
+      torch::nn::functional::cross_entropy(ddp.forward(slice(0, data.x)), slice(0, data.y))
+          .backward();
       EXPECT_EQ(ddp.stats().iterations, 0);  // nothing communicated
     }
-    torch::nn::functional::cross_entropy(ddp.forward(slice(1, data.x)), slice(1, data.y)).backward();
+    torch::nn::functional::cross_entropy(ddp.forward(slice(1, data.x)), slice(1, data.y))
+        .backward();
     EXPECT_EQ(ddp.stats().iterations, 1);
     for (const auto& name : {"a.weight", "a.bias", "b.weight", "b.bias"}) {
       const auto got = model->named_parameters()[name].grad();
@@ -229,12 +248,15 @@ TEST(DistributedDataParallel, MismatchedModelsFailAtConstructionNamingTheRank) {
 TEST(DistributedDataParallel, UnusedParameterWithoutTheOptionIsNamedOnTheNextIteration) {
   const auto errors = test::run_ranks(2, [](int, std::shared_ptr<ProcessGroup> group) {
     Toy model;
-    DistributedDataParallel ddp(model, group, DDPOptions().bucket_cap_mb(0.001).first_bucket_cap_mb(0.001));
+    DistributedDataParallel ddp(model, group,
+                                DDPOptions().bucket_cap_mb(0.001).first_bucket_cap_mb(0.001));
     ddp.forward(torch::rand({2, 8})).sum().backward();  // finishes: nothing hangs
-    ddp.forward(torch::rand({2, 8}));                     // throws
+    ddp.forward(torch::rand({2, 8}));                   // throws
   });
   for (const auto& e : errors) {
-    EXPECT_NE(e.find("expected to have finished reduction in the prior iteration"), std::string::npos) << e;
+    EXPECT_NE(e.find("expected to have finished reduction in the prior iteration"),
+              std::string::npos)
+        << e;
     EXPECT_NE(e.find("unused.weight"), std::string::npos) << e;
     EXPECT_NE(e.find("find_unused_parameters"), std::string::npos) << e;
   }
@@ -245,7 +267,8 @@ TEST(DistributedDataParallel, BucketsRebuiltInReadyOrderKeepResults) {
   const Batches data = make_batches(6, world * 2, {8}, 4);
   auto make = [] { return Reversed(); };
   DDPOptions small = DDPOptions().bucket_cap_mb(0.0005).first_bucket_cap_mb(0.0005);
-  const auto plain = train_ddp(build<Reversed>(world, make), data, world, DDPOptions(small).rebuild_buckets(false));
+  const auto plain = train_ddp(build<Reversed>(world, make), data, world,
+                               DDPOptions(small).rebuild_buckets(false));
   const auto rebuilt = train_ddp(build<Reversed>(world, make), data, world, small);
   EXPECT_LT(max_difference(plain[0], rebuilt[0]), 1e-6);
 

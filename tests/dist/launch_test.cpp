@@ -44,7 +44,8 @@ std::vector<int> processes_with(const std::string& marker) {
 int worker_pid(const std::string& marker, int rank) {
   for (int pid : processes_with(marker)) {
     const std::string env = test::read_file("/proc/" + std::to_string(pid) + "/environ");
-    if (env.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos) return pid;
+    if (env.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos)
+      return pid;
   }
   return -1;
 }
@@ -67,7 +68,8 @@ class LaunchTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete data_; }
   std::string marker() const {
-    return "DDP_TEST_MARKER=" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+    return "DDP_TEST_MARKER=" +
+           std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
            std::to_string(::getpid());
   }
   std::map<std::string, std::string> marked_env() const {
@@ -83,7 +85,8 @@ TEST_F(LaunchTest, NprocPerNodeTrainsFromOneCommand) {
                             "--epochs", "1", "--max-steps", "4"},
                            {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] ddp-train: world size 4 (torchrun)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] ddp-train: world size 4 (torchrun)"), std::string::npos)
+      << r.output;
   std::set<std::string> fingerprints;
   std::smatch m;
   std::string rest = r.output;
@@ -93,16 +96,36 @@ TEST_F(LaunchTest, NprocPerNodeTrainsFromOneCommand) {
     rest = m.suffix();
   }
   EXPECT_EQ(fingerprints.size(), 1u) << r.output;  // all four ranks agree
-  EXPECT_NE(r.output.find("[rank 3] rank 3: final weights fingerprint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 3] rank 3: final weights fingerprint"), std::string::npos)
+      << r.output;
 }
 
 TEST_F(LaunchTest, RunsUnderPythonsTorchrun) {
   // Debian's torch 1.13 torchrun crashes on Python 3.11 with the default --redirects/--tee 0
   // (IntFlag iteration skips NONE); any non-zero value avoids it.
-  const auto r = test::run({DDP_PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
-                            "--master_addr", "127.0.0.1", "--master_port", std::to_string(test::free_port()),
-                            "--redirects", "1", "--tee", "1", "--no_python", test::train_bin(),
-                            "--data-dir", data_->path(), "--epochs", "1", "--max-steps", "3"},
+  const auto r = test::run({DDP_PYTHON,
+                            "-m",
+                            "torch.distributed.run",
+                            "--nproc_per_node",
+                            "2",
+                            "--nnodes",
+                            "1",
+                            "--master_addr",
+                            "127.0.0.1",
+                            "--master_port",
+                            std::to_string(test::free_port()),
+                            "--redirects",
+                            "1",
+                            "--tee",
+                            "1",
+                            "--no_python",
+                            test::train_bin(),
+                            "--data-dir",
+                            data_->path(),
+                            "--epochs",
+                            "1",
+                            "--max-steps",
+                            "3"},
                            {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("world size 2 (torchrun)"), std::string::npos) << r.output;
@@ -111,10 +134,12 @@ TEST_F(LaunchTest, RunsUnderPythonsTorchrun) {
 
 TEST_F(LaunchTest, SigkilledWorkerEndsTheJobNamingItAndLeavesNothing) {
   test::TempDir out;
-  test::Child launcher({test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(), "--epochs", "50",
-                        "--log-every", "1", "--metrics", out / "m.jsonl"},
+  test::Child launcher({test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(),
+                        "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
                        marked_env());
-  ASSERT_TRUE(wait_until([&] { return test::read_file(out / "m.jsonl").find("\"step\": 3,") != std::string::npos; }, 120s))
+  ASSERT_TRUE(wait_until(
+      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 3,") != std::string::npos; },
+      120s))
       << "training never started";
   const int victim = worker_pid(marker(), 1);
   ASSERT_GT(victim, 0);
@@ -124,28 +149,33 @@ TEST_F(LaunchTest, SigkilledWorkerEndsTheJobNamingItAndLeavesNothing) {
   EXPECT_LT(Clock::now() - killed_at, 10s);
   EXPECT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("rank 1 (local rank 1, pid " + std::to_string(victim) + ") was killed by SIGKILL"),
+  EXPECT_NE(r.output.find("rank 1 (local rank 1, pid " + std::to_string(victim) +
+                          ") was killed by SIGKILL"),
             std::string::npos)
       << r.output;
   EXPECT_TRUE(processes_with(marker()).empty());
 }
 
 TEST_F(LaunchTest, WorkerErrorIsReportedWithItsMessage) {
-  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir",
-                            "/nonexistent/data"},
+  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(),
+                            "--data-dir", "/nonexistent/data"},
                            {}, 60s);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find(") exited with code 1; stopped the other workers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(") exited with code 1; stopped the other workers"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("    ddp-train (rank"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/data/data_batch_1.bin"), std::string::npos) << r.output;
 }
 
 TEST_F(LaunchTest, SigtermToTheLauncherStopsEveryWorker) {
   test::TempDir out;
-  test::Child launcher({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
-                        "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
-                       marked_env());
-  ASSERT_TRUE(wait_until([&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; }, 120s));
+  test::Child launcher(
+      {ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
+       "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
+      marked_env());
+  ASSERT_TRUE(wait_until(
+      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; },
+      120s));
   ::kill(launcher.pid(), SIGTERM);
   const auto r = launcher.wait(30s);
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
@@ -154,24 +184,28 @@ TEST_F(LaunchTest, SigtermToTheLauncherStopsEveryWorker) {
 }
 
 TEST_F(LaunchTest, MaxRestartsRestartsTheGroupWithTheCountInTheEnvironment) {
-  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--max-restarts", "2", "--", "/bin/sh", "-c",
-                            "echo restart=$TORCHELASTIC_RESTART_COUNT; [ $TORCHELASTIC_RESTART_COUNT -ge 1 ] || exit 3"},
-                           {}, 60s);
+  const auto r = test::run(
+      {ddprun_bin(), "--nproc-per-node", "2", "--max-restarts", "2", "--", "/bin/sh", "-c",
+       "echo restart=$TORCHELASTIC_RESTART_COUNT; [ $TORCHELASTIC_RESTART_COUNT -ge 1 ] || exit 3"},
+      {}, 60s);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("exited with code 3"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("restarting the workers (restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarting the workers (restart 1 of 2)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("[rank 1] restart=1"), std::string::npos) << r.output;
 }
 
 TEST_F(LaunchTest, EnvironmentLogDirAndRankZeroOnlyConsole) {
   test::TempDir logs;
-  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "3", "--log-dir", logs.path(), "--rank0-only", "--",
-                            "/bin/sh", "-c",
-                            "echo R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
-                            "A=$MASTER_ADDR P=$MASTER_PORT"},
-                           {}, 60s);
+  const auto r =
+      test::run({ddprun_bin(), "--nproc-per-node", "3", "--log-dir", logs.path(), "--rank0-only",
+                 "--", "/bin/sh", "-c",
+                 "echo R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE G=$GROUP_RANK "
+                 "A=$MASTER_ADDR P=$MASTER_PORT"},
+                {}, 60s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[rank 0] R=0 W=3 L=0 LW=3 G=0 A=127.0.0.1 P="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] R=0 W=3 L=0 LW=3 G=0 A=127.0.0.1 P="), std::string::npos)
+      << r.output;
   EXPECT_EQ(r.output.find("[rank 1]"), std::string::npos) << r.output;
   EXPECT_NE(test::read_file(logs / "rank_2.log").find("R=2 W=3 L=2 LW=3 G=0"), std::string::npos);
 }
@@ -209,10 +243,13 @@ std::vector<std::string> listening_addresses(int pid) {
 
 TEST_F(LaunchTest, OneNodeJobListensOnLoopbackOnly) {
   test::TempDir out;
-  test::Child launcher({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
-                        "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
-                       marked_env());
-  ASSERT_TRUE(wait_until([&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; }, 120s));
+  test::Child launcher(
+      {ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
+       "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
+      marked_env());
+  ASSERT_TRUE(wait_until(
+      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; },
+      120s));
   for (int pid : processes_with(marker())) {
     for (const std::string& local : listening_addresses(pid)) {
       // IPv4 127.0.0.1 is 0100007F; IPv6 ::1 is 00000000000000000000000001000000.
@@ -227,8 +264,8 @@ TEST_F(LaunchTest, OneNodeJobListensOnLoopbackOnly) {
 
 TEST_F(LaunchTest, MaxRestartsResumesFromTheLatestCheckpoint) {
   test::TempDir dir;
-  const std::vector<std::string> job = {test::train_bin(), "--data-dir", data_->path(), "--max-steps", "5",
-                                        "--no-eval"};
+  const std::vector<std::string> job = {test::train_bin(), "--data-dir", data_->path(),
+                                        "--max-steps",     "5",          "--no-eval"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = job;
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -242,9 +279,9 @@ TEST_F(LaunchTest, MaxRestartsResumesFromTheLatestCheckpoint) {
   script += "--epochs 1 --checkpoint-dir '" + dir / "ck" + "' >/dev/null && exit 9; fi; exec ";
   for (const auto& a : job) script += "'" + a + "' ";
   script += "--epochs 3 --checkpoint-dir '" + dir / "ck" + "'";
-  const auto r = test::run(
-      {ddprun_bin(), "--nproc-per-node", "2", "--max-restarts", "1", "--rank0-only", "--", "/bin/sh", "-c", script}, {},
-      240s);
+  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--max-restarts", "1",
+                            "--rank0-only", "--", "/bin/sh", "-c", script},
+                           {}, 240s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("exited with code 9"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
@@ -259,10 +296,12 @@ TEST_F(LaunchTest, BadFlagsAreClearErrors) {
   const auto none = test::run({ddprun_bin(), "--nproc-per-node", "2"});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_NE(none.output.find("no program to run"), std::string::npos) << none.output;
-  const auto nodes = test::run({ddprun_bin(), "--nnodes", "2", "--node-rank", "2", "--", "/bin/true"});
+  const auto nodes =
+      test::run({ddprun_bin(), "--nnodes", "2", "--node-rank", "2", "--", "/bin/true"});
   EXPECT_EQ(nodes.exit_code, 2);
   EXPECT_NE(nodes.output.find("--node-rank 2 is not in [0, 2)"), std::string::npos) << nodes.output;
-  const auto port = test::run({ddprun_bin(), "--nnodes", "2", "--master-addr", "hostx", "--", "/bin/true"});
+  const auto port =
+      test::run({ddprun_bin(), "--nnodes", "2", "--master-addr", "hostx", "--", "/bin/true"});
   EXPECT_EQ(port.exit_code, 2);
   EXPECT_NE(port.output.find("--master-port is required"), std::string::npos) << port.output;
 }

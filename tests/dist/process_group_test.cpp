@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
@@ -61,8 +61,12 @@ TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
   });
   t0.join();
   t1.join();
-  EXPECT_NE(error0.find("rank 0 was started with world size 2 but rank 1 with world size 3"), std::string::npos) << error0;
-  EXPECT_NE(error1.find("rank 1 was started with world size 3 but rank 0 with world size 2"), std::string::npos) << error1;
+  EXPECT_NE(error0.find("rank 0 was started with world size 2 but rank 1 with world size 3"),
+            std::string::npos)
+      << error0;
+  EXPECT_NE(error1.find("rank 1 was started with world size 3 but rank 0 with world size 2"),
+            std::string::npos)
+      << error1;
 }
 
 TEST(ProcessGroup, MissingRankTimesOutNamingIt) {
@@ -76,7 +80,9 @@ TEST(ProcessGroup, MissingRankTimesOutNamingIt) {
     ProcessGroup::init(options, WorldInfo{});
     FAIL() << "no error";
   } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("waiting for rank(s) 1, 2 of world size 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for rank(s) 1, 2 of world size 3"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
@@ -92,7 +98,8 @@ TEST(ProcessGroup, UnreachableStoreFailsWithinTheTimeout) {
     ProcessGroup::init(options, WorldInfo{});
     FAIL() << "no error";
   } catch (const DistributedError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1: cannot reach the store"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1: cannot reach the store"), std::string::npos)
+        << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }

@@ -39,8 +39,8 @@ test::TempDir* TrainerTest::data_ = nullptr;
 
 TEST_F(TrainerTest, LearnsTheSyntheticDataSet) {
   test::TempDir out;
-  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "3", "--lr", "0.01",
-                            "--metrics", out / "m.jsonl", "--log-every", "10"},
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "3", "--lr",
+                            "0.01", "--metrics", out / "m.jsonl", "--log-every", "10"},
                            {}, 300s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string metrics = test::read_file(out / "m.jsonl");
@@ -50,7 +50,8 @@ TEST_F(TrainerTest, LearnsTheSyntheticDataSet) {
   std::vector<double> epoch_losses;
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
-    if (std::regex_search(line, m, std::regex("\"train_loss\": ([-0-9.e+]+)"))) epoch_losses.push_back(std::stod(m[1]));
+    if (std::regex_search(line, m, std::regex("\"train_loss\": ([-0-9.e+]+)")))
+      epoch_losses.push_back(std::stod(m[1]));
   }
   ASSERT_EQ(epoch_losses.size(), 3u);
   EXPECT_LT(epoch_losses[2], epoch_losses[0] * 0.8);
@@ -63,13 +64,16 @@ TEST_F(TrainerTest, RejectsBadFlagsClearly) {
   EXPECT_NE(unknown.output.find("unknown argument '--epoch'"), std::string::npos) << unknown.output;
   const auto range = test::run({test::train_bin(), "--batch-size", "0"});
   EXPECT_EQ(range.exit_code, 2);
-  EXPECT_NE(range.output.find("--batch-size: '0' is not an integer in [1, 65536]"), std::string::npos) << range.output;
+  EXPECT_NE(range.output.find("--batch-size: '0' is not an integer in [1, 65536]"),
+            std::string::npos)
+      << range.output;
   const auto missing = test::run({test::train_bin(), "--lr"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("--lr needs a value"), std::string::npos) << missing.output;
   const auto dataset = test::run({test::train_bin(), "--dataset", "imagenet"});
   EXPECT_EQ(dataset.exit_code, 2);
-  EXPECT_NE(dataset.output.find("unknown data set 'imagenet'"), std::string::npos) << dataset.output;
+  EXPECT_NE(dataset.output.find("unknown data set 'imagenet'"), std::string::npos)
+      << dataset.output;
 }
 
 TEST_F(TrainerTest, MissingDataNamesThePath) {
@@ -81,10 +85,11 @@ TEST_F(TrainerTest, MissingDataNamesThePath) {
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--dataset", "--data-dir", "--download", "--model", "--epochs", "--batch-size",
-                           "--lr", "--momentum", "--weight-decay", "--seed", "--threads", "--max-steps",
-                           "--metrics", "--log-every", "--backend", "--init-method", "--normalize",
-                           "--random-crop", "--hflip", "--nproc-per-node"}) {
+  for (const char* flag :
+       {"--dataset",     "--data-dir",  "--download",    "--model",        "--epochs",
+        "--batch-size",  "--lr",        "--momentum",    "--weight-decay", "--seed",
+        "--threads",     "--max-steps", "--metrics",     "--log-every",    "--backend",
+        "--init-method", "--normalize", "--random-crop", "--hflip",        "--nproc-per-node"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
@@ -96,19 +101,25 @@ TEST_F(TrainerTest, TwoRanksStartedByHandTrainTogether) {
   for (int r = 0; r < 2; ++r) {
     ranks.push_back(std::make_unique<test::Child>(
         std::vector<std::string>{test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
-                                 "--max-steps", "5", "--metrics", out / ("m" + std::to_string(r) + ".jsonl"),
-                                 "--init-method", "tcp://127.0.0.1:" + std::to_string(port)},
-        std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                           {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"}}));
+                                 "--max-steps", "5", "--metrics",
+                                 out / ("m" + std::to_string(r) + ".jsonl"), "--init-method",
+                                 "tcp://127.0.0.1:" + std::to_string(port)},
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "2"},
+                                           {"LOCAL_RANK", std::to_string(r)},
+                                           {"LOCAL_WORLD_SIZE", "2"}}));
   }
   const auto r0 = ranks[0]->wait(120s);
   const auto r1 = ranks[1]->wait(120s);
   ASSERT_EQ(r0.exit_code, 0) << r0.output;
   ASSERT_EQ(r1.exit_code, 0) << r1.output;
   EXPECT_NE(r0.output.find("world size 2"), std::string::npos) << r0.output;
-  EXPECT_NE(r0.output.find("1 intra-op thread(s) per worker (2 cores / 2 local workers)"), std::string::npos) << r0.output;
-  EXPECT_NE(r0.output.find("(500 images)"), std::string::npos) << r0.output;  // every test image once
-  EXPECT_TRUE(test::read_file(out / "m1.jsonl").empty());                    // only rank 0 writes
+  EXPECT_NE(r0.output.find("1 intra-op thread(s) per worker (2 cores / 2 local workers)"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_NE(r0.output.find("(500 images)"), std::string::npos)
+      << r0.output;                                        // every test image once
+  EXPECT_TRUE(test::read_file(out / "m1.jsonl").empty());  // only rank 0 writes
   EXPECT_GT(last_value(out / "m0.jsonl", "test_acc"), 0.0);
 }
 

@@ -84,7 +84,8 @@ ProcessResult Child::wait(std::chrono::milliseconds timeout) {
   return result;
 }
 
-ProcessResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+ProcessResult run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& env,
                   std::chrono::milliseconds timeout) {
   Child child(argv, env);
   return child.wait(timeout);
@@ -114,9 +115,9 @@ TempDir::~TempDir() {
   if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", path_.c_str());
 }
 
-std::vector<std::string> run_ranks(int world,
-                                   const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
-                                   std::chrono::milliseconds timeout) {
+std::vector<std::string> run_ranks(
+    int world, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
+    std::chrono::milliseconds timeout) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;

@@ -17,10 +17,10 @@ namespace ddp::test {
 
 /// How a child ended.
 struct ProcessResult {
-  int exit_code = -1;    // valid when !signaled
-  int signal = 0;        // the signal that ended it, or 0
+  int exit_code = -1;  // valid when !signaled
+  int signal = 0;      // the signal that ended it, or 0
   bool timed_out = false;
-  std::string output;    // stdout and stderr together
+  std::string output;  // stdout and stderr together
 };
 
 /// A started child process (stdout+stderr captured to a file).
@@ -62,9 +62,9 @@ class TempDir {
 
 /// Runs fn(rank, group) on `world` threads, one process group per thread over a shared
 /// in-memory store; returns each rank's exception message ("" when it succeeded).
-std::vector<std::string> run_ranks(int world,
-                                   const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
-                                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
+std::vector<std::string> run_ranks(
+    int world, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
+    std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 /// Reads a whole file.
 std::string read_file(const std::string& path);

@@ -30,7 +30,7 @@ void write(const std::string& path, const std::string& bytes) { write_file_atomi
 TEST(Cifar10, ReadsWhatTheGeneratorWrote) {
   test::TempDir dir;
   write_synthetic_cifar10(dir.path(), {103, 17, 1, 0.5});
-  Cifar10Dataset train(dir.path(), Split::kTrain);  // the parent directory
+  Cifar10Dataset train(dir.path(), Split::kTrain);                  // the parent directory
   Cifar10Dataset test(dir / "cifar-10-batches-bin", Split::kTest);  // the directory itself
   EXPECT_EQ(train.size(), 103u);
   EXPECT_EQ(test.size(), 17u);
@@ -44,7 +44,8 @@ TEST(Cifar10, ReadsWhatTheGeneratorWrote) {
 }
 
 TEST(Cifar10, MissingDirectorySaysWhatToDo) {
-  const std::string msg = error_of<IoError>([] { Cifar10Dataset("/nonexistent/x", Split::kTrain); });
+  const std::string msg =
+      error_of<IoError>([] { Cifar10Dataset("/nonexistent/x", Split::kTrain); });
   EXPECT_NE(msg.find("/nonexistent/x/data_batch_1.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--download"), std::string::npos) << msg;
 }
@@ -96,8 +97,10 @@ TEST(Idx, ReadsGzipAndPlainFiles) {
 TEST(Idx, RejectsBadMagic) {
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
-  write(dir / "t10k-images-idx3-ubyte.gz", gzip_bytes(be32(0x0803 + 1) + be32(10) + be32(28) + be32(28)));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  write(dir / "t10k-images-idx3-ubyte.gz",
+        gzip_bytes(be32(0x0803 + 1) + be32(10) + be32(28) + be32(28)));
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("t10k-images-idx3-ubyte.gz: not an IDX image file"), std::string::npos) << msg;
 }
 
@@ -106,7 +109,8 @@ TEST(Idx, RejectsDimensionsThatDoNotMatchTheData) {
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-images-idx3-ubyte.gz",
         gzip_bytes(be32(0x0803) + be32(10) + be32(28) + be32(28) + std::string(100, 'x')));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("header says 10 images of 28x28"), std::string::npos) << msg;
 }
 
@@ -115,7 +119,8 @@ TEST(Idx, ForgedHugeHeaderDoesNotAllocate) {
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-images-idx3-ubyte.gz",
         gzip_bytes(be32(0x0803) + be32(10) + be32(4096) + be32(4096)));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("header says"), std::string::npos) << msg;
 }
 
@@ -124,7 +129,8 @@ TEST(Idx, RejectsTruncatedGzip) {
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   std::string gz = test::read_file(dir / "t10k-images-idx3-ubyte.gz");
   write(dir / "t10k-images-idx3-ubyte.gz", gz.substr(0, gz.size() / 2));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("t10k-images-idx3-ubyte.gz"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 }
@@ -132,22 +138,27 @@ TEST(Idx, RejectsTruncatedGzip) {
 TEST(Idx, RejectsLabelCountMismatch) {
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
-  write(dir / "t10k-labels-idx1-ubyte.gz", gzip_bytes(be32(0x0801) + be32(9) + std::string(9, '\1')));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  write(dir / "t10k-labels-idx1-ubyte.gz",
+        gzip_bytes(be32(0x0801) + be32(9) + std::string(9, '\1')));
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("do not belong together"), std::string::npos) << msg;
 }
 
 TEST(Idx, RejectsLabelOutOfRange) {
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
-  write(dir / "t10k-labels-idx1-ubyte.gz", gzip_bytes(be32(0x0801) + be32(10) + std::string(9, '\1') + "\x0b"));
-  const std::string msg = error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
+  write(dir / "t10k-labels-idx1-ubyte.gz",
+        gzip_bytes(be32(0x0801) + be32(10) + std::string(9, '\1') + "\x0b"));
+  const std::string msg =
+      error_of<DataError>([&] { IdxDataset(dir.path(), Split::kTest, "MNIST"); });
   EXPECT_NE(msg.find("label 9 is 11"), std::string::npos) << msg;
 }
 
 TEST(Idx, RealFashionMnistIsFoundWhereDebianInstallsIt) {
   const std::string dir = default_data_dir(DatasetKind::kFashionMnist);
-  if (!path_exists(dir + "/t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  if (!path_exists(dir + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist not installed";
   const auto test = open_dataset(DatasetKind::kFashionMnist, dir, Split::kTest);
   EXPECT_EQ(test->size(), 10000u);
   EXPECT_EQ(test->shape().height, 28);

@@ -41,7 +41,8 @@ TEST(Download, ChecksumMismatchLeavesNothingBehind) {
     download_cifar10(dir / "data", options);
     FAIL() << "no error";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("expected c32a1d4ab5d03f1284b67883e8d87530"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("expected c32a1d4ab5d03f1284b67883e8d87530"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_FALSE(path_exists(dir / "data/cifar-10-batches-bin"));

@@ -32,7 +32,8 @@ TEST(Loader, BatchesFollowTheIndicesAndKeepTheLastPartialBatch) {
     for (int64_t j = 0; j < batch->labels.size(0); ++j, ++pos) {
       ASSERT_EQ(batch->labels[j].item<int64_t>(), data.label(size_t(indices[pos])));
       const torch::Tensor expected =
-          torch::from_blob(const_cast<uint8_t*>(data.image(size_t(indices[pos]))), {3, 32, 32}, torch::kUInt8)
+          torch::from_blob(const_cast<uint8_t*>(data.image(size_t(indices[pos]))), {3, 32, 32},
+                           torch::kUInt8)
               .to(torch::kFloat32)
               .div(255);
       ASSERT_TRUE(torch::equal(batch->images[j], expected));

@@ -22,8 +22,8 @@ torch::Tensor fixed_input(int64_t channels, int64_t side) {
 
 void expect_matches_python(int seed, int64_t channels, int64_t side) {
   test::TempDir dir;
-  const auto py = test::run_python(
-      "net_init.py", {dir / "net.pt", std::to_string(seed), std::to_string(channels), std::to_string(side)});
+  const auto py = test::run_python("net_init.py", {dir / "net.pt", std::to_string(seed),
+                                                   std::to_string(channels), std::to_string(side)});
   ASSERT_EQ(py.exit_code, 0) << py.output;
   const auto state = load_python_state(dir / "net.pt");
 

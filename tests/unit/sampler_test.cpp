@@ -26,7 +26,8 @@ TEST(DistributedSampler, MatchesPyTorchOverManyCombinations) {
     fields >> n >> world >> rank >> seed >> epoch >> shuffle >> drop_last >> colon;
     std::vector<int64_t> expected;
     for (int64_t v; fields >> v;) expected.push_back(v);
-    DistributedSampler sampler(n, world, rank, SamplerOptions{shuffle != 0, uint64_t(seed), drop_last != 0});
+    DistributedSampler sampler(n, world, rank,
+                               SamplerOptions{shuffle != 0, uint64_t(seed), drop_last != 0});
     sampler.set_epoch(epoch);
     ASSERT_EQ(sampler.indices(), expected) << "case: " << line.substr(0, line.find(':'));
     ASSERT_EQ(sampler.num_samples(), int64_t(expected.size()));

@@ -18,7 +18,8 @@ class TransformsTest : public ::testing::Test {
     data_ = std::make_unique<Cifar10Dataset>(dir_.path(), Split::kTest);
   }
   torch::Tensor raw(size_t i) {
-    return torch::from_blob(const_cast<uint8_t*>(data_->image(i)), {3, 32, 32}, torch::kUInt8).clone();
+    return torch::from_blob(const_cast<uint8_t*>(data_->image(i)), {3, 32, 32}, torch::kUInt8)
+        .clone();
   }
   torch::Tensor apply(const TransformOptions& t, size_t i, int64_t epoch = 0, int64_t batch = 0) {
     torch::Tensor out = torch::empty({3, 32, 32});
@@ -52,7 +53,8 @@ TEST_F(TransformsTest, CropAndFlipAreReproducibleAndAreCropsAndFlips) {
   t.seed = 9;
   EXPECT_TRUE(torch::equal(apply(t, 3, 1, 7), apply(t, 3, 1, 7)));
   // Each result equals some shift of the zero-padded image, flipped or not.
-  const torch::Tensor padded = torch::constant_pad_nd(raw(3).to(torch::kFloat32) / 255, {4, 4, 4, 4});
+  const torch::Tensor padded =
+      torch::constant_pad_nd(raw(3).to(torch::kFloat32) / 255, {4, 4, 4, 4});
   int distinct = 0;
   torch::Tensor first;
   for (int64_t batch = 0; batch < 8; ++batch) {
@@ -65,8 +67,10 @@ TEST_F(TransformsTest, CropAndFlipAreReproducibleAndAreCropsAndFlips) {
       }
     }
     EXPECT_TRUE(found) << "batch " << batch;
-    if (batch == 0) first = out;
-    else distinct += !torch::equal(out, first);
+    if (batch == 0)
+      first = out;
+    else
+      distinct += !torch::equal(out, first);
   }
   EXPECT_GT(distinct, 0) << "the random choice never changed";
 }

@@ -15,9 +15,13 @@ TEST(WorldInfo, NoLauncherIsOneProcess) {
 }
 
 TEST(WorldInfo, Torchrun) {
-  const WorldInfo w = WorldInfo::from_map({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                           {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},
-                                           {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "23456"},
+  const WorldInfo w = WorldInfo::from_map({{"RANK", "3"},
+                                           {"WORLD_SIZE", "4"},
+                                           {"LOCAL_RANK", "1"},
+                                           {"LOCAL_WORLD_SIZE", "2"},
+                                           {"GROUP_RANK", "1"},
+                                           {"MASTER_ADDR", "10.1.2.3"},
+                                           {"MASTER_PORT", "23456"},
                                            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                            {"TORCHELASTIC_RESTART_COUNT", "2"}});
   EXPECT_EQ(w.source, "torchrun");
@@ -33,8 +37,10 @@ TEST(WorldInfo, Torchrun) {
 }
 
 TEST(WorldInfo, Slurm) {
-  const WorldInfo w = WorldInfo::from_map({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"},
-                                           {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+  const WorldInfo w = WorldInfo::from_map({{"SLURM_PROCID", "5"},
+                                           {"SLURM_NTASKS", "8"},
+                                           {"SLURM_LOCALID", "1"},
+                                           {"SLURM_NODEID", "2"},
                                            {"SLURM_TASKS_PER_NODE", "4(x2)"},
                                            {"SLURM_JOB_NODELIST", "gpu[03-05,9],cpu1"}});
   EXPECT_EQ(w.source, "slurm");
@@ -47,13 +53,16 @@ TEST(WorldInfo, Slurm) {
 }
 
 TEST(WorldInfo, SlurmMasterAddrOverridesNodelist) {
-  const WorldInfo w = WorldInfo::from_map({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
-                                           {"SLURM_JOB_NODELIST", "n1,n2"}, {"MASTER_ADDR", "head"}});
+  const WorldInfo w = WorldInfo::from_map({{"SLURM_PROCID", "0"},
+                                           {"SLURM_NTASKS", "2"},
+                                           {"SLURM_JOB_NODELIST", "n1,n2"},
+                                           {"MASTER_ADDR", "head"}});
   EXPECT_EQ(w.master_addr, "head");
 }
 
 TEST(WorldInfo, OpenMpi) {
-  const WorldInfo w = WorldInfo::from_map({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+  const WorldInfo w = WorldInfo::from_map({{"OMPI_COMM_WORLD_RANK", "2"},
+                                           {"OMPI_COMM_WORLD_SIZE", "3"},
                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
   EXPECT_EQ(w.source, "openmpi");
@@ -76,7 +85,8 @@ TEST(WorldInfo, RejectsBadValues) {
   try {
     WorldInfo::from_map({{"RANK", "4"}, {"WORLD_SIZE", "4"}});
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 4 is not below the world size 4"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("rank 4 is not below the world size 4"),
+              std::string::npos);
   }
 }
 

@@ -19,7 +19,9 @@ class IdxDataset : public Dataset {
   size_t size() const override { return labels_.size(); }
   ImageShape shape() const override { return shape_; }
   int num_classes() const override { return 10; }
-  const uint8_t* image(size_t index) const override { return images_.data() + index * shape_.bytes(); }
+  const uint8_t* image(size_t index) const override {
+    return images_.data() + index * shape_.bytes();
+  }
   int label(size_t index) const override { return labels_[index]; }
   std::string description() const override { return description_; }
 
