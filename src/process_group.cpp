@@ -68,7 +68,7 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
 // ---------------------------------------------------------------------------------------------
 
 struct ProcessGroup::Backend {
-  c10::intrusive_ptr<compat::GlooGroup> gloo;
+  c10::intrusive_ptr<compat::CollectiveBackend> group;  // gloo, nccl or mpi
 };
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank)
@@ -171,19 +171,25 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->size_ = world_size;
   group->backend_ = options.backend;
   group->timeout_ = options.timeout;
-  if (options.backend == "nccl" || options.backend == "mpi") {
-    // Debian's libtorch 1.13.1 is built without CUDA and MPI; builds that have them define these.
-#if !defined(USE_C10D_NCCL)
-    if (options.backend == "nccl") {
-      throw InvalidArgument("--backend nccl: this LibTorch was built without CUDA/NCCL; use gloo");
-    }
+  group->backend_impl_ = std::make_unique<Backend>();
+  if (options.backend == "nccl") {
+#if defined(USE_C10D_NCCL)
+    group->check_rendezvous(options.rendezvous_timeout);
+    group->backend_impl_->group = compat::make_nccl(
+        c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank, world_size, options.timeout);
+    return group;
+#else
+    throw InvalidArgument("--backend nccl: this LibTorch was built without CUDA/NCCL; use gloo");
 #endif
-#if !defined(USE_C10D_MPI)
-    if (options.backend == "mpi") {
-      throw InvalidArgument("--backend mpi: this LibTorch was built without MPI; use gloo");
-    }
+  }
+  if (options.backend == "mpi") {
+#if defined(USE_C10D_MPI)
+    group->check_rendezvous(options.rendezvous_timeout);
+    group->backend_impl_->group = compat::make_mpi();
+    return group;
+#else
+    throw InvalidArgument("--backend mpi: this LibTorch was built without MPI; use gloo");
 #endif
-    throw InvalidArgument(concat("--backend ", options.backend, " is not wired up yet; use gloo"));
   }
   if (options.backend != "gloo") {
     throw InvalidArgument(concat("--backend: unknown backend '", options.backend, "'; use gloo"));
@@ -192,8 +198,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   std::string host = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   try {
-    group->backend_impl_ = std::make_unique<Backend>();
-    group->backend_impl_->gloo = compat::make_gloo(
+    group->backend_impl_->group = compat::make_gloo(
         c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size, options.timeout,
         host, options.bind_address.empty() && ifname ? ifname : "");
   } catch (const std::exception& e) {
@@ -248,32 +253,32 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
 
 Work ProcessGroup::allreduce(torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
-  return Work(backend_impl_->gloo->allreduce(tensors), "all-reduce", rank_);
+  return Work(backend_impl_->group->allreduce(tensors), "all-reduce", rank_);
 }
 
 Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
-  return Work(backend_impl_->gloo->allreduce(tensors, opts), "all-reduce(max)", rank_);
+  return Work(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", rank_);
 }
 
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  return Work(backend_impl_->gloo->broadcast(tensors, opts), "broadcast", rank_);
+  return Work(backend_impl_->group->broadcast(tensors, opts), "broadcast", rank_);
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
-  Work(backend_impl_->gloo->allgather(outputs, inputs), "all-gather", rank_).wait();
+  Work(backend_impl_->group->allgather(outputs, inputs), "all-gather", rank_).wait();
   return outputs[0];
 }
 
-void ProcessGroup::barrier() { Work(backend_impl_->gloo->barrier(), "barrier", rank_).wait(); }
+void ProcessGroup::barrier() { Work(backend_impl_->group->barrier(), "barrier", rank_).wait(); }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {
   return concat(what, "/", prefix_counter_++, "/");

@@ -3,6 +3,12 @@
 #pragma once
 
 #include <torch/csrc/api/include/torch/version.h>
+#if defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#if defined(USE_C10D_MPI)
+#include <torch/csrc/distributed/c10d/ProcessGroupMPI.hpp>
+#endif
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -21,6 +27,31 @@ namespace ddp::compat {
 // keep the collective methods used here (allreduce, broadcast, allgather, barrier) with the
 // same signatures, so the concrete class is used directly.
 using GlooGroup = c10d::ProcessGroupGloo;
+
+// The common base of the concrete groups, whose virtual collectives ddp.cpp calls.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
+
+#if defined(USE_C10D_NCCL)
+// Only compiled where LibTorch has CUDA (not on Debian 12); not built or run by this project's CI.
+inline c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       int rank, int size,
+                                                       std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+#endif
+
+#if defined(USE_C10D_MPI)
+// MPI decides rank and size itself (mpirun); only compiled where LibTorch has MPI.
+inline c10::intrusive_ptr<CollectiveBackend> make_mpi() {
+  return c10d::ProcessGroupMPI::createProcessGroupMPI({});
+}
+#endif
 
 inline c10::intrusive_ptr<GlooGroup> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
                                                int rank, int size,
