@@ -94,6 +94,50 @@ TEST_F(CheckpointTest, KilledRunResumesToTheSameWeights) {
   EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
 }
 
+TEST_F(CheckpointTest, KilledMultiProcessRunResumesToTheSameWeights) {
+  test::TempDir dir;
+  const auto whole = test::run(train({"--nproc-per-node", "2", "--epochs", "3"}), {}, 180s);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  {
+    test::Child run(
+        train({"--nproc-per-node", "2", "--epochs", "3", "--checkpoint-dir", dir / "ck"}), {});
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
+    while (!path_exists(checkpoint_path(dir / "ck", 1)) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);  // waiting for the job's first checkpoint, bounded
+    }
+    ASSERT_TRUE(path_exists(checkpoint_path(dir / "ck", 1)));
+    ::kill(run.pid(), SIGKILL);  // the launcher; its workers die with it
+    run.wait(10s);
+  }
+  const auto rest = test::run(train({"--nproc-per-node", "2", "--epochs", "3", "--checkpoint-dir",
+                                     dir / "ck", "--resume", "auto"}),
+                              {}, 180s);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
+  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+}
+
+TEST_F(CheckpointTest, DistributedEvaluateEqualsSingleProcess) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(train({"--epochs", "1", "--export", dir / "m.pt"})).exit_code, 0);
+  const auto one = test::run(
+      {test::train_bin(), "evaluate", "--checkpoint", dir / "m.pt", "--data-dir", data_->path()});
+  const auto two =
+      test::run({DDPRUN_BIN, "--nproc-per-node", "3", "--", test::train_bin(), "evaluate",
+                 "--checkpoint", dir / "m.pt", "--data-dir", data_->path()},
+                {}, 120s);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const std::regex re("test_loss ([0-9.]+)  test_acc ([0-9.]+)% \\((\\d+) images\\)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(one.output, a, re)) << one.output;
+  ASSERT_TRUE(std::regex_search(two.output, b, re)) << two.output;
+  EXPECT_NEAR(std::stod(a[1]), std::stod(b[1]), 1e-5);
+  EXPECT_EQ(a[2], b[2]);
+  EXPECT_EQ(b[3], "300");
+}
+
 TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
   test::TempDir dir;
   const auto whole = test::run(train({"--nproc-per-node", "2", "--epochs", "3"}), {}, 180s);
