@@ -100,6 +100,14 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.log_every = parse_int64("--log-every", v, 1, int64_t(1) << 40);
        }},
+      {"--on-nan", "stop|skip",
+       "a non-finite loss or gradient: stop with the step and rank named (default), or skip that "
+       "step",
+       [](O& o, const std::string& v) {
+         if (v != "stop" && v != "skip")
+           throw InvalidArgument(concat("--on-nan: '", v, "' is not stop or skip"));
+         o.on_nan = v;
+       }},
       {"--no-eval", "", "skip the test-set evaluation after each epoch",
        [](O& o, const std::string&) { o.evaluate = false; }},
       {"--backend", "NAME", "gloo (default; CPU); nccl or mpi where LibTorch has them",

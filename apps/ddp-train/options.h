@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string metrics;    // JSON lines file, written by rank 0
   int64_t log_every = 50;
   bool evaluate = true;
+  std::string on_nan = "stop";  // a non-finite loss or gradient: "stop" the run or "skip" the step
   // Distributed.
   std::string backend = "gloo";
   std::string init_method = "env://";

@@ -1,6 +1,7 @@
 #include "trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -102,6 +103,48 @@ uint64_t weights_fingerprint(torch::nn::Module& model) {
     for (size_t i = 0; i < size_t(c.nbytes()); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   }
   return h;
+}
+
+// Fault injection for the reliability tests: DDP_FAULT=KIND@STEP[:RANK] with KIND one of nan
+// (this rank's loss becomes NaN), throw (an error), hang (stops calling collectives), exit
+// (exits abruptly with code 3), at global step STEP on rank RANK (default 0).
+struct Fault {
+  std::string kind;
+  int64_t step = -1;
+  int rank = 0;
+  static Fault from_environment() {
+    Fault f;
+    const char* spec = std::getenv("DDP_FAULT");
+    if (spec == nullptr || *spec == '\0') return f;
+    const std::string text(spec);
+    const size_t at = text.find('@');
+    const size_t colon = text.find(':', at);
+    if (at == std::string::npos)
+      throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
+    f.kind = text.substr(0, at);
+    if (f.kind != "nan" && f.kind != "throw" && f.kind != "hang" && f.kind != "exit") {
+      throw InvalidArgument(
+          concat("DDP_FAULT: unknown kind '", f.kind, "'; use nan, throw, hang or exit"));
+    }
+    f.step = parse_int(
+        text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
+        "DDP_FAULT step", 1, 1 << 30);
+    if (colon != std::string::npos)
+      f.rank = parse_int(text.substr(colon + 1), "DDP_FAULT rank", 0, 1 << 20);
+    return f;
+  }
+  bool due(int64_t global_step, int my_rank) const {
+    return !kind.empty() && global_step == step && my_rank == rank;
+  }
+};
+
+// True when every gradient is finite: one reduction (NaN and infinity propagate through a sum).
+bool gradients_finite(torch::nn::Module& model) {
+  torch::Tensor total = torch::zeros({}, torch::kFloat64);
+  for (const auto& p : model.parameters()) {
+    if (p.grad().defined()) total += p.grad().sum(torch::kFloat64);
+  }
+  return std::isfinite(total.item<double>());
 }
 
 // Phase times of the training steps of one epoch, on this rank.
@@ -273,6 +316,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
+  const Fault fault = Fault::from_environment();
   std::vector<EpochResult> results;
   for (int epoch = start_epoch; epoch <= o.epochs; ++epoch) {
     sampler.set_epoch(epoch - 1);
@@ -280,6 +324,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     const int64_t steps =
         o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches()) : loader.num_batches();
     StepTimes times;
+    int64_t skipped_steps = 0;
     torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
     int64_t images = 0;
     const auto epoch_start = Clock::now();
@@ -290,11 +335,38 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       auto t1 = Clock::now();
       const torch::Tensor logits =
           ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
-      const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+      if (fault.due(global_step + 1, rank)) {
+        if (fault.kind == "nan") loss = loss * std::nan("");
+        if (fault.kind == "throw")
+          throw Error(
+              concat("rank ", rank, ": injected fault (DDP_FAULT) at step ", global_step + 1));
+        if (fault.kind == "exit") std::_Exit(3);
+        if (fault.kind == "hang") {
+          std::fprintf(stderr, "rank %d: injected hang (DDP_FAULT) at step %lld\n", rank,
+                       (long long)global_step + 1);
+          while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns
+        }
+      }
       auto t2 = Clock::now();
       optimizer.zero_grad();
       loss.backward();
       auto t3 = Clock::now();
+      // Gradients are averaged over ranks by now, so every rank reaches the same verdict.
+      if (!gradients_finite(*model)) {
+        const double value = loss.item<double>();
+        if (o.on_nan == "stop") {
+          throw Error(concat(
+              "rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss", " (loss ",
+              value, ") at epoch ", epoch, " step ", step + 1,
+              "; stopped before the optimizer step, so the weights are the last finite ones. "
+              "Lower --lr, or pass --on-nan skip"));
+        }
+        ++skipped_steps;
+        ++global_step;  // the batch is consumed, only the update is skipped
+        optimizer.zero_grad();
+        continue;
+      }
       optimizer.step();
       auto t4 = Clock::now();
       const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
@@ -344,7 +416,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("forward_seconds", times.forward)
           .add("backward_seconds", times.backward)
           .add("comm_exposed_seconds", times.comm_exposed)
-          .add("optimizer_seconds", times.optimizer);
+          .add("optimizer_seconds", times.optimizer)
+          .add("skipped_steps", skipped_steps);
       metrics.write(record);
       if (o.evaluate) {
         std::printf(

@@ -82,6 +82,43 @@ TEST_F(TrainerTest, MissingDataNamesThePath) {
   EXPECT_NE(r.output.find("/nonexistent/cifar/data_batch_1.bin"), std::string::npos) << r.output;
 }
 
+TEST_F(TrainerTest, NonFiniteLossStopsNamingTheStepAndRank) {
+  // Rank 1's loss turns NaN at step 3; the averaged gradients are then NaN on every rank.
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                            "--no-eval", "--nproc-per-node", "2"},
+                           {{"DDP_FAULT", "nan@3:1"}}, 120s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("rank 1: non-finite loss (loss nan) at epoch 1 step 3"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("stopped before the optimizer step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(") exited with code 1"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainerTest, NonFiniteStepsCanBeSkipped) {
+  test::TempDir out;
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                            "--no-eval", "--on-nan", "skip", "--max-steps", "10", "--metrics",
+                            out / "m.jsonl"},
+                           {{"DDP_FAULT", "nan@4"}}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(last_value(out / "m.jsonl", "skipped_steps"), 1) << test::read_file(out / "m.jsonl");
+  EXPECT_GT(last_value(out / "m.jsonl", "train_loss"), 0);  // the weights stayed finite
+}
+
+TEST_F(TrainerTest, HangingRankEndsTheJobAfterTheCollectiveTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                            "--no-eval", "--nproc-per-node", "2", "--timeout", "3"},
+                           {{"DDP_FAULT", "hang@2:1"}}, 120s);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+  EXPECT_NE(r.output.find("injected hang"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: all-reduce failed"), std::string::npos)
+      << r.output;  // the cause, named
+  EXPECT_NE(r.output.find("rank 0 (local rank 0"), std::string::npos) << r.output;
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
