@@ -105,6 +105,20 @@ TEST_F(TrainerTest, NonFiniteStepsCanBeSkipped) {
   EXPECT_GT(last_value(out / "m.jsonl", "train_loss"), 0);  // the weights stayed finite
 }
 
+TEST_F(TrainerTest, RankThatThrowsMidTrainingEndsTheJobWithItsMessage) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                            "--no-eval", "--nproc-per-node", "2"},
+                           {{"DDP_FAULT", "throw@3:1"}}, 120s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  EXPECT_NE(r.output.find("rank 1 (local rank 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 1; stopped the other workers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("    ddp-train (rank 1): error: rank 1: injected fault (DDP_FAULT) at step 3"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(TrainerTest, HangingRankEndsTheJobAfterTheCollectiveTimeout) {
   const auto start = std::chrono::steady_clock::now();
   const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
