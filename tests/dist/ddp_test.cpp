@@ -207,9 +207,14 @@ TEST(DistributedDataParallel, NoSyncAccumulationEqualsOneBigBatch) {
     torch::nn::functional::cross_entropy(reference->forward(data.x[size_t(k)]), data.y[size_t(k)])
         .backward();
   }
-  const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+  // Built here, not in the rank threads: torch::manual_seed is process-wide.
+  std::vector<Toy> models;
+  for (int r = 0; r < world; ++r) {
     torch::manual_seed(0);
-    Toy model;
+    models.push_back(Toy());
+  }
+  const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    Toy model = models[size_t(rank)];
     DistributedDataParallel ddp(model, group, DDPOptions().find_unused_parameters(true));
     auto slice = [&](int k, const std::vector<torch::Tensor>& t) {
       return t[size_t(k)].narrow(0, rank * micro, micro);
