@@ -12,6 +12,7 @@ packages=(
   python3 python3-torch python3-torchvision                  # the reference implementation
   dataset-fashion-mnist               # the real Fashion-MNIST
   iproute2 tar                        # multi-node tests (network namespaces), archives
+  clang libclang-rt-dev               # the libFuzzer target for the data set readers
 )
 
 missing=()

@@ -291,6 +291,25 @@ TEST_F(CheckpointTest, CrashDuringSaveLeavesThePreviousCheckpointLoadable) {
   EXPECT_NE(r.output.find("after epoch 1"), std::string::npos) << r.output;
 }
 
+TEST_F(CheckpointTest, FullDiskFailsTheSaveCleanlyAndKeepsThePreviousCheckpoint) {
+  test::TempDir dir;
+  make_directories(dir / "small");
+  // A 2 MiB file system: one checkpoint (~1.3 MB: weights and momentum) fits, a second does not.
+  if (test::run({"/bin/mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir / "small"}).exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  }
+  const auto r = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "small"}));
+  const auto ls = test::run({"/bin/ls", "-A", dir / "small"});
+  const auto eval = test::run({test::train_bin(), "evaluate", "--checkpoint",
+                               checkpoint_path(dir / "small", 1), "--data-dir", data_->path()});
+  test::run({"/bin/umount", dir / "small"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the previous file, if any, is untouched"), std::string::npos) << r.output;
+  EXPECT_EQ(ls.output, "checkpoint-epoch-0001.pt\n");  // no partial file left behind
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+}
+
 TEST_F(CheckpointTest, KeepPrunesOldCheckpoints) {
   test::TempDir dir;
   ASSERT_EQ(
