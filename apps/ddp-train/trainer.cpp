@@ -1,5 +1,7 @@
 #include "trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -137,6 +139,13 @@ struct Fault {
     return !kind.empty() && global_step == step && my_rank == rank;
   }
 };
+
+// This process's peak resident memory so far, in MiB.
+double peak_rss_mb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;  // kilobytes on Linux
+}
 
 // True when every gradient is finite: one reduction (NaN and infinity propagate through a sum).
 bool gradients_finite(torch::nn::Module& model) {
@@ -417,7 +426,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("backward_seconds", times.backward)
           .add("comm_exposed_seconds", times.comm_exposed)
           .add("optimizer_seconds", times.optimizer)
-          .add("skipped_steps", skipped_steps);
+          .add("skipped_steps", skipped_steps)
+          .add("peak_rss_mb", peak_rss_mb());
       metrics.write(record);
       if (o.evaluate) {
         std::printf(

@@ -295,7 +295,8 @@ TEST_F(CheckpointTest, FullDiskFailsTheSaveCleanlyAndKeepsThePreviousCheckpoint)
   test::TempDir dir;
   make_directories(dir / "small");
   // A 2 MiB file system: one checkpoint (~1.3 MB: weights and momentum) fits, a second does not.
-  if (test::run({"/bin/mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir / "small"}).exit_code != 0) {
+  if (test::run({"/bin/mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir / "small"}).exit_code !=
+      0) {
     GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   }
   const auto r = test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "small"}));
@@ -305,9 +306,25 @@ TEST_F(CheckpointTest, FullDiskFailsTheSaveCleanlyAndKeepsThePreviousCheckpoint)
   test::run({"/bin/umount", dir / "small"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("the previous file, if any, is untouched"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the previous file, if any, is untouched"), std::string::npos)
+      << r.output;
   EXPECT_EQ(ls.output, "checkpoint-epoch-0001.pt\n");  // no partial file left behind
   EXPECT_EQ(eval.exit_code, 0) << eval.output;
+}
+
+TEST_F(CheckpointTest, LoadingACheckpointNeverRunsCode) {
+  test::TempDir dir;
+  const std::string marker = dir / "code-ran";
+  const auto py = test::run_python("malicious_checkpoint.py", {dir / "evil.pt", marker});
+  ASSERT_EQ(py.exit_code, 0) << py.output;
+  ASSERT_FALSE(path_exists(marker));
+  const auto resume = test::run(train({"--epochs", "1", "--resume", dir / "evil.pt"}));
+  const auto init = test::run(train({"--epochs", "1", "--init-from", dir / "evil.pt"}));
+  EXPECT_EQ(resume.exit_code, 1) << resume.output;
+  EXPECT_EQ(init.exit_code, 1) << init.output;
+  EXPECT_NE(resume.output.find("evil.pt: not a readable checkpoint"), std::string::npos)
+      << resume.output;
+  EXPECT_FALSE(path_exists(marker)) << "loading the file ran its code";
 }
 
 TEST_F(CheckpointTest, KeepPrunesOldCheckpoints) {

@@ -292,6 +292,40 @@ TEST_F(LaunchTest, MaxRestartsResumesFromTheLatestCheckpoint) {
   EXPECT_EQ(a[1], b[1]);
 }
 
+TEST_F(LaunchTest, SoakEightWorkersHundredsOfStepsWithoutMemoryGrowth) {
+  test::TempDir out;
+  const auto r = test::run({test::train_bin(), "--nproc-per-node", "8", "--data-dir", data_->path(),
+                            "--epochs", "3", "--batch-size", "4", "--max-steps", "120", "--no-eval",
+                            "--metrics", out / "m.jsonl", "--log-every", "1000"},
+                           marked_env(), 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> rss;
+  std::istringstream lines(test::read_file(out / "m.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("\"peak_rss_mb\": ([0-9.]+)")))
+      rss.push_back(std::stod(m[1]));
+  }
+  ASSERT_EQ(rss.size(), 3u);
+  // 360 steps on 8 ranks: the peak after the first epoch barely moves.
+  EXPECT_LT(rss[2], rss[0] * 1.05 + 8) << rss[0] << " -> " << rss[2];
+  EXPECT_TRUE(processes_with(marker()).empty());
+}
+
+TEST_F(LaunchTest, TwentyJobsBackToBackLeaveNothingBehind) {
+  auto leftovers = [] {
+    return test::run({"/bin/sh", "-c", "ls -d /tmp/ddprun-* 2>/dev/null | wc -l"}).output;
+  };
+  const std::string before = leftovers();
+  for (int job = 0; job < 20; ++job) {
+    const auto r =
+        test::run({ddprun_bin(), "--nproc-per-node", "2", "--", EXAMPLE_BIN}, marked_env(), 60s);
+    ASSERT_EQ(r.exit_code, 0) << "job " << job << ": " << r.output;
+    ASSERT_TRUE(processes_with(marker()).empty()) << "job " << job;
+  }
+  EXPECT_EQ(leftovers(), before);
+}
+
 TEST_F(LaunchTest, BadFlagsAreClearErrors) {
   const auto none = test::run({ddprun_bin(), "--nproc-per-node", "2"});
   EXPECT_EQ(none.exit_code, 2);

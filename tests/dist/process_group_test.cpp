@@ -40,6 +40,25 @@ TEST(ProcessGroup, CollectivesGiveTheRightValues) {
   EXPECT_EQ(errors, std::vector<std::string>(3, ""));
 }
 
+TEST(ProcessGroup, ManyConcurrentAsynchronousAllReducesAllComplete) {
+  const auto errors = test::run_ranks(3, [](int rank, std::shared_ptr<ProcessGroup> group) {
+    std::vector<torch::Tensor> tensors;
+    std::vector<Work> works;
+    for (int i = 0; i < 300; ++i) {
+      const int64_t n = 1 + (i * 7919) % 20000;  // sizes from 4 bytes to 80 KB, mixed
+      tensors.push_back(torch::full({n}, float(rank + 1) * float(i % 5 + 1)));
+      works.push_back(group->allreduce(tensors.back()));  // all in flight before any wait
+    }
+    for (auto& w : works) w.wait();
+    for (int i = 0; i < 300; ++i) {
+      const float expected = 6.0f * float(i % 5 + 1);  // (1 + 2 + 3) x factor
+      ASSERT_EQ(tensors[size_t(i)].min().item<float>(), expected) << i;
+      ASSERT_EQ(tensors[size_t(i)].max().item<float>(), expected) << i;
+    }
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(3, ""));
+}
+
 TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::string error0, error1;

@@ -88,7 +88,8 @@ TEST_F(TrainerTest, NonFiniteLossStopsNamingTheStepAndRank) {
                             "--no-eval", "--nproc-per-node", "2"},
                            {{"DDP_FAULT", "nan@3:1"}}, 120s);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("rank 1: non-finite loss (loss nan) at epoch 1 step 3"), std::string::npos)
+  EXPECT_NE(r.output.find("rank 1: non-finite loss (loss nan) at epoch 1 step 3"),
+            std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("stopped before the optimizer step"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(") exited with code 1"), std::string::npos) << r.output;
@@ -96,10 +97,10 @@ TEST_F(TrainerTest, NonFiniteLossStopsNamingTheStepAndRank) {
 
 TEST_F(TrainerTest, NonFiniteStepsCanBeSkipped) {
   test::TempDir out;
-  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
-                            "--no-eval", "--on-nan", "skip", "--max-steps", "10", "--metrics",
-                            out / "m.jsonl"},
-                           {{"DDP_FAULT", "nan@4"}}, 120s);
+  const auto r =
+      test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1", "--no-eval",
+                 "--on-nan", "skip", "--max-steps", "10", "--metrics", out / "m.jsonl"},
+                {{"DDP_FAULT", "nan@4"}}, 120s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(last_value(out / "m.jsonl", "skipped_steps"), 1) << test::read_file(out / "m.jsonl");
   EXPECT_GT(last_value(out / "m.jsonl", "train_loss"), 0);  // the weights stayed finite
@@ -113,9 +114,11 @@ TEST_F(TrainerTest, RankThatThrowsMidTrainingEndsTheJobWithItsMessage) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   EXPECT_NE(r.output.find("rank 1 (local rank 1"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("exited with code 1; stopped the other workers"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("    ddp-train (rank 1): error: rank 1: injected fault (DDP_FAULT) at step 3"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("exited with code 1; stopped the other workers"), std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("    ddp-train (rank 1): error: rank 1: injected fault (DDP_FAULT) at step 3"),
+      std::string::npos)
       << r.output;
 }
 
