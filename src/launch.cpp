@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -371,9 +372,11 @@ int launch(const LaunchOptions& options) {
   // port; a fresh file per restart, so a new group never sees the old one's keys.
   std::string store_dir;
   if (options.nnodes == 1) {
-    char tmpl[] = "/tmp/ddprun-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr)
-      throw IoError(concat("cannot create a directory in /tmp: ", std::strerror(errno)));
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = concat(tmp && *tmp ? tmp : "/tmp", "/ddprun-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      throw IoError(concat("cannot create a directory like ", tmpl, ": ", std::strerror(errno)));
+    }
     store_dir = tmpl;
   }
   int result = 0;
