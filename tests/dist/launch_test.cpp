@@ -76,6 +76,18 @@ class LaunchTest : public ::testing::Test {
     const std::string m = marker();
     return {{m.substr(0, m.find('=')), m.substr(m.find('=') + 1)}};
   }
+  // A 50-epoch training job of 2 workers under ddprun, once it is past step 2 (null if never).
+  std::unique_ptr<test::Child> start_long_training(const test::TempDir& out) const {
+    auto job = std::make_unique<test::Child>(
+        std::vector<std::string>{ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(),
+                                 "--data-dir", data_->path(), "--epochs", "50", "--log-every", "1",
+                                 "--metrics", out / "m.jsonl"},
+        marked_env());
+    const bool started = wait_until(
+        [&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; },
+        120s);
+    return started ? std::move(job) : nullptr;
+  }
   static test::TempDir* data_;
 };
 test::TempDir* LaunchTest::data_ = nullptr;
@@ -169,13 +181,9 @@ TEST_F(LaunchTest, WorkerErrorIsReportedWithItsMessage) {
 
 TEST_F(LaunchTest, SigtermToTheLauncherStopsEveryWorker) {
   test::TempDir out;
-  test::Child launcher(
-      {ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
-       "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
-      marked_env());
-  ASSERT_TRUE(wait_until(
-      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; },
-      120s));
+  auto job = start_long_training(out);
+  ASSERT_TRUE(job) << "training never started";
+  test::Child& launcher = *job;
   ::kill(launcher.pid(), SIGTERM);
   const auto r = launcher.wait(30s);
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
@@ -243,13 +251,9 @@ std::vector<std::string> listening_addresses(int pid) {
 
 TEST_F(LaunchTest, OneNodeJobListensOnLoopbackOnly) {
   test::TempDir out;
-  test::Child launcher(
-      {ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--data-dir", data_->path(),
-       "--epochs", "50", "--log-every", "1", "--metrics", out / "m.jsonl"},
-      marked_env());
-  ASSERT_TRUE(wait_until(
-      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 2,") != std::string::npos; },
-      120s));
+  auto job = start_long_training(out);
+  ASSERT_TRUE(job) << "training never started";
+  test::Child& launcher = *job;
   for (int pid : processes_with(marker())) {
     for (const std::string& local : listening_addresses(pid)) {
       // IPv4 127.0.0.1 is 0100007F; IPv6 ::1 is 00000000000000000000000001000000.
