@@ -137,11 +137,20 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096);
        }},
+      {"--first-bucket-cap-mb", "MB",
+       "size of the first gradient bucket, reduced while backward goes on (default 1)",
+       [](O& o, const std::string& v) {
+         o.first_bucket_cap_mb = parse_double("--first-bucket-cap-mb", v, 0.001, 4096);
+       }},
       {"--nproc-per-node", "N",
        "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
        [](O& o, const std::string& v) {
          o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024));
        }},
+      {"--no-sync-baseline", "",
+       "benchmark only: ranks train without averaging gradients (DDP overhead = step time with DDP "
+       "/ without)",
+       [](O& o, const std::string&) { o.no_sync_baseline = true; }},
       {"--checkpoint-dir", "DIR",
        "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
        [](O& o, const std::string& v) { o.checkpoint_dir = v; }},

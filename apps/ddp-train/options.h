@@ -41,7 +41,9 @@ struct TrainOptions {
   double timeout = 300;             // seconds, for every collective
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double bucket_cap_mb = 25;
-  int nproc_per_node = 0;  // > 0: start this many workers of ddp-train
+  double first_bucket_cap_mb = 1;
+  int nproc_per_node = 0;         // > 0: start this many workers of ddp-train
+  bool no_sync_baseline = false;  // benchmark: ranks train without the gradient all-reduce
   // Checkpoints and interop.
   std::string checkpoint_dir;
   int checkpoint_every = 1;  // epochs

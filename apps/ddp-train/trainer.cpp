@@ -316,8 +316,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   if (!o.checkpoint_dir.empty() && is_root) make_directories(o.checkpoint_dir);
 
   std::optional<DistributedDataParallel<models::NetImpl>> ddp_model;
-  if (group) {
-    ddp_model.emplace(model, group, DDPOptions().bucket_cap_mb(o.bucket_cap_mb));
+  if (group && !o.no_sync_baseline) {
+    ddp_model.emplace(
+        model, group,
+        DDPOptions().bucket_cap_mb(o.bucket_cap_mb).first_bucket_cap_mb(o.first_bucket_cap_mb));
+  } else if (group && is_root) {
+    std::printf(
+        "--no-sync-baseline: gradients are NOT averaged; for measuring DDP's overhead only\n");
   }
 
   DistributedSampler sampler(int64_t(train_set->size()), world_size, rank,
