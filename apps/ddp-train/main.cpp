@@ -91,6 +91,11 @@ int train(const std::vector<std::string>& args) {
     return 0;
   }
   const ddp::WorldInfo world = ddp::WorldInfo::from_environment();
+  if (options.dry_run) {
+    const bool will_launch = options.nproc_per_node > 0 && world.source == "default";
+    ddp::train::print_plan(options, will_launch ? options.nproc_per_node : world.world_size);
+    return 0;
+  }
   if (options.nproc_per_node > 0 && world.source == "default") {
     // The reference program's mp.spawn: this process becomes the launcher of N workers of
     // itself, with the same flags minus --nproc-per-node.

@@ -147,6 +147,9 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.nproc_per_node = int(parse_int64("--nproc-per-node", v, 1, 1024));
        }},
+      {"--dry-run", "",
+       "print the effective configuration and the plan (world, shards, steps per epoch), then exit",
+       [](O& o, const std::string&) { o.dry_run = true; }},
       {"--no-sync-baseline", "",
        "benchmark only: ranks train without averaging gradients (DDP overhead = step time with DDP "
        "/ without)",

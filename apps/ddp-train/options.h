@@ -43,6 +43,7 @@ struct TrainOptions {
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
   int nproc_per_node = 0;         // > 0: start this many workers of ddp-train
+  bool dry_run = false;           // print the configuration and the plan, train nothing
   bool no_sync_baseline = false;  // benchmark: ranks train without the gradient all-reduce
   // Checkpoints and interop.
   std::string checkpoint_dir;

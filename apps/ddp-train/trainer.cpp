@@ -259,6 +259,33 @@ void print_fingerprint(int rank, torch::nn::Module& model) {
 
 }  // namespace
 
+void print_plan(const TrainOptions& o, int world_size) {
+  const data::DatasetKind kind = data::parse_dataset_kind(o.dataset);
+  const std::string dir = o.data_dir.empty() ? data::default_data_dir(kind) : o.data_dir;
+  const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
+  const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
+  std::printf("configuration:\n%s", config_text(o).c_str());
+  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0,
+                                   SamplerOptions{true, o.seed, false});
+  const int64_t batches = (sampler.num_samples() + o.batch_size - 1) / o.batch_size;
+  const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+  std::printf("plan: %d rank(s); %s\n", world_size, train_set->description().c_str());
+  std::printf(
+      "  each rank: %lld training images per epoch (%lld padded in all), %lld steps of %lld, "
+      "%lld images per step over all ranks\n",
+      (long long)sampler.num_samples(),
+      (long long)(sampler.total_size() - int64_t(train_set->size())), (long long)steps,
+      (long long)o.batch_size, (long long)(o.batch_size * world_size));
+  std::printf(
+      "  %d epoch(s), %lld optimizer steps; evaluation: %s\n", o.epochs,
+      (long long)(steps * o.epochs),
+      o.evaluate ? concat(test_set->size(), " test images split over the ranks").c_str() : "off");
+  if (!o.checkpoint_dir.empty()) {
+    std::printf("  checkpoints every %d epoch(s) in %s, keeping %d\n", o.checkpoint_every,
+                o.checkpoint_dir.c_str(), o.keep);
+  }
+}
+
 void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
   if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
   Session s = open_session(o, world);
@@ -330,6 +357,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
+  metrics.write(JsonRecord().add("config", config_text(o)).add("world_size", world_size));
   const Fault fault = Fault::from_environment();
   std::vector<EpochResult> results;
   for (int epoch = start_epoch; epoch <= o.epochs; ++epoch) {

@@ -25,6 +25,9 @@ std::vector<EpochResult> run_training(const TrainOptions& options, const WorldIn
 /// ddp-train evaluate: loads --checkpoint and evaluates it on the whole test set.
 void run_evaluation(const TrainOptions& options, const WorldInfo& world);
 
+/// --dry-run: prints the configuration and, for `world_size` ranks, the data shards and steps.
+void print_plan(const TrainOptions& options, int world_size);
+
 /// Intra-op threads for this worker: --threads, else OMP_NUM_THREADS, else cores / local workers.
 int choose_threads(const TrainOptions& options, const WorldInfo& world, std::string& reason);
 

@@ -136,6 +136,22 @@ TEST_F(TrainerTest, HangingRankEndsTheJobAfterTheCollectiveTimeout) {
   EXPECT_NE(r.output.find("rank 0 (local rank 0"), std::string::npos) << r.output;
 }
 
+TEST_F(TrainerTest, DryRunPrintsTheConfigurationAndThePlanWithoutTraining) {
+  test::TempDir out;
+  const auto r = test::run({test::train_bin(), "--dry-run", "--nproc-per-node", "2", "--data-dir",
+                            data_->path(), "--lr", "0.02", "--metrics", out / "m.jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("lr = 0.02"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("plan: 2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("each rank: 1000 training images per epoch (0 padded in all), 16 steps of 64"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("10 epoch(s), 160 optimizer steps"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << "no worker was started";
+  EXPECT_FALSE(test::read_file(out / "m.jsonl").size() > 0);
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
