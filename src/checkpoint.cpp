@@ -28,8 +28,6 @@ std::vector<char> read_bytes(const std::string& path) {
   return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 // LibTorch 1.13's unpickler turns collections.OrderedDict into None (it expects one only as a
 // tensor's backward hooks) and has no SETITEM, so Python's torch.save(module.state_dict()) —
 // an OrderedDict with a _metadata attribute — does not load with torch::pickle_load. This

@@ -41,11 +41,6 @@ std::string route_address_to(const std::string& host, int port) {
   return result;
 }
 
-std::string first_line(const std::string& text) {
-  const size_t nl = text.find('\n');
-  return nl == std::string::npos ? text : text.substr(0, nl);
-}
-
 }  // namespace
 
 bool is_loopback_address(const std::string& host) {

@@ -62,4 +62,7 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 
+/// The first line of a message (c10 errors carry a backtrace after it).
+inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 }  // namespace ddp
