@@ -56,7 +56,6 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t sk
   finished_ = false;
   error_ = nullptr;
   wait_seconds_ = 0;
-  next_expected_ = skip_batches;
   producer_ = std::thread([this, skip_batches] { produce(skip_batches); });
 }
 
@@ -112,7 +111,6 @@ std::optional<Batch> Loader::next() {
   if (!ready_.empty()) {
     Batch batch = std::move(ready_.front());
     ready_.pop_front();
-    ++next_expected_;
     changed_.notify_all();
     return batch;
   }

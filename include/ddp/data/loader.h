@@ -66,7 +66,6 @@ class Loader {
   LoaderOptions options_;
   std::vector<int64_t> indices_;
   int64_t epoch_ = 0;
-  int64_t next_expected_ = 0;  // batches handed out, counting skipped ones
 
   std::thread producer_;
   mutable std::mutex mutex_;
