@@ -179,6 +179,11 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
 
 namespace {
 
+// --data-dir, or where the data set is found by default.
+std::string data_dir_of(const TrainOptions& o, data::DatasetKind kind) {
+  return o.data_dir.empty() ? data::default_data_dir(kind) : o.data_dir;
+}
+
 // What training and evaluation both need: threads, the process group, the data, the model.
 struct Session {
   std::shared_ptr<ProcessGroup> group;
@@ -210,7 +215,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);
-  const std::string dir = o.data_dir.empty() ? data::default_data_dir(s.kind) : o.data_dir;
+  const std::string dir = data_dir_of(o, s.kind);
   if (o.download) {
     if (s.kind != data::DatasetKind::kCifar10) {
       throw InvalidArgument("--download is only available for --dataset cifar10");
@@ -261,7 +266,7 @@ void print_fingerprint(int rank, torch::nn::Module& model) {
 
 void print_plan(const TrainOptions& o, int world_size) {
   const data::DatasetKind kind = data::parse_dataset_kind(o.dataset);
-  const std::string dir = o.data_dir.empty() ? data::default_data_dir(kind) : o.data_dir;
+  const std::string dir = data_dir_of(o, kind);
   const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
   const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
   std::printf("configuration:\n%s", config_text(o).c_str());
