@@ -25,13 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::set<std::string> fingerprints(const std::string& output) {
-  std::set<std::string> out;
-  const std::regex re("final weights fingerprint ([0-9a-f]+)");
-  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it)
-    out.insert((*it)[1]);
-  return out;
-}
+using test::weight_fingerprints;
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -68,8 +62,8 @@ TEST_F(CheckpointTest, StopAndResumeIsBitIdenticalToAnUninterruptedRun) {
       test::run(train({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("after epoch 2"), std::string::npos) << rest.output;
-  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
-  EXPECT_EQ(fingerprints(whole.output).size(), 1u);
+  EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
+  EXPECT_EQ(weight_fingerprints(whole.output).size(), 1u);
 }
 
 TEST_F(CheckpointTest, KilledRunResumesToTheSameWeights) {
@@ -91,7 +85,7 @@ TEST_F(CheckpointTest, KilledRunResumesToTheSameWeights) {
       test::run(train({"--epochs", "4", "--checkpoint-dir", dir / "ck", "--resume", "auto"}));
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
-  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+  EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
 }
 
 TEST_F(CheckpointTest, KilledMultiProcessRunResumesToTheSameWeights) {
@@ -115,7 +109,7 @@ TEST_F(CheckpointTest, KilledMultiProcessRunResumesToTheSameWeights) {
                               {}, 180s);
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
-  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+  EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
 }
 
 TEST_F(CheckpointTest, DistributedEvaluateEqualsSingleProcess) {
@@ -149,8 +143,8 @@ TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
                                      dir / "ck", "--resume", "auto"}),
                               {}, 180s);
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
-  EXPECT_EQ(fingerprints(whole.output).size(), 1u) << whole.output;  // both ranks agree
-  EXPECT_EQ(fingerprints(rest.output), fingerprints(whole.output));
+  EXPECT_EQ(weight_fingerprints(whole.output).size(), 1u) << whole.output;  // both ranks agree
+  EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
 }
 
 TEST_F(CheckpointTest, ResumeWithAnotherWorldSizeWorksAndSaysSo) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -137,6 +138,15 @@ std::vector<std::string> run_ranks(
   }
   for (auto& t : threads) t.join();
   return errors;
+}
+
+std::set<std::string> weight_fingerprints(const std::string& output) {
+  std::set<std::string> out;
+  const std::regex re("final weights fingerprint ([0-9a-f]+)");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) {
+    out.insert((*it)[1]);
+  }
+  return out;
 }
 
 std::string read_file(const std::string& path) {

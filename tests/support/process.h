@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ class TempDir {
 std::vector<std::string> run_ranks(
     int world, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
     std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+/// The distinct "final weights fingerprint" values ddp-train printed in `output`.
+std::set<std::string> weight_fingerprints(const std::string& output);
 
 /// Reads a whole file.
 std::string read_file(const std::string& path);
