@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-3}
 steps=${2:-100}
-data=build/bench-data
-[[ -f $data/cifar-10-batches-bin/test_batch.bin ]] ||
-  build/ddp-train make-data --out "$data" --train 50000 --test 10000 >/dev/null
+source bench/common.sh
+ensure_bench_data
+data=$bench_data
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ref_run() {
@@ -33,7 +33,7 @@ for ((i = 1; i <= pairs; i++)); do
   last_cpp=$b
   echo "| $i | $a | $b | $r |"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+median=$(median "${ratios[@]}")
 echo
 echo "median ratio ddp-train / reference: $median ($pairs pairs, $steps steps of 4 x 64 images each)"
 echo

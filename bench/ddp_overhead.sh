@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-4}
 steps=${2:-80}
-data=build/bench-data
-[[ -f $data/cifar-10-batches-bin/test_batch.bin ]] ||
-  build/ddp-train make-data --out "$data" --train 50000 --test 10000 >/dev/null
+source bench/common.sh
+ensure_bench_data
+data=$bench_data
 seconds() {  # the epoch's training seconds reported by rank 0
   build/ddp-train --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
     --no-eval --log-every 1000000 "$@" | sed -n 's/.*epoch 1\/1 .*  \([0-9.]*\) s .*/\1/p'
@@ -23,6 +23,6 @@ for ((i = 1; i <= pairs; i++)); do
   ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')")
   echo "| $i | $a | $b | $r |"
 done
-median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%+.1f%%", 100 * (m - 1) }')
+median=$(awk -v m="$(median "${ratios[@]}")" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }')
 echo
 echo "median DDP overhead: $median ($pairs pairs, $steps steps of 2 x 64 images)"
