@@ -5,14 +5,16 @@
 
 #include <torch/torch.h>
 
+#include "models/classifier.h"
+
 namespace ddp::models {
 
 /// The reference CNN, for `in_channels` x `side` x `side` images (3x32x32 for CIFAR-10; 1x28x28
 /// for the IDX sets, where the flattened size becomes 128 x 7 x 7).
-class NetImpl : public torch::nn::Module {
+class NetImpl : public ClassifierImpl {
  public:
   explicit NetImpl(int64_t in_channels = 3, int64_t side = 32, int64_t num_classes = 10);
-  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor forward(torch::Tensor x) override;
 
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::Conv2d conv2{nullptr};

@@ -15,6 +15,12 @@ packages=(
   clang libclang-rt-dev               # the libFuzzer target for the data set readers
 )
 
+# Debian 13's LibTorch 2.6 is built with c10d's MPI backend, whose header includes <mpi.h>.
+libtorch_version=$(apt-cache show --no-all-versions libtorch-dev 2>/dev/null | sed -n 's/^Version: //p')
+if [[ $libtorch_version == 2.* ]]; then
+  packages+=(mpi-default-dev)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,14 +1,22 @@
 #include "ddp/comm_hook.h"
 
+#include "ddp/error.h"
+#include "ddp/powersgd.h"
 #include "ddp/process_group.h"
+#include "ddp/world.h"
 
 namespace ddp {
 namespace {
 
+int64_t bytes_of(const torch::Tensor& t) { return t.numel() * int64_t(t.element_size()); }
+
 class PendingAllReduce : public PendingReduction {
  public:
   PendingAllReduce(Work work, torch::Tensor buffer, int world_size)
-      : work_(std::move(work)), buffer_(std::move(buffer)), world_size_(world_size) {}
+      : PendingReduction(bytes_of(buffer)),
+        work_(std::move(work)),
+        buffer_(std::move(buffer)),
+        world_size_(world_size) {}
   void wait() override {
     work_.wait();
     // Averaging after the sum keeps the division off the backward thread's critical path.
@@ -21,11 +29,74 @@ class PendingAllReduce : public PendingReduction {
   int world_size_;
 };
 
+class PendingCast : public PendingReduction {
+ public:
+  PendingCast(Work work, torch::Tensor wire, torch::Tensor buffer)
+      : PendingReduction(bytes_of(wire)),
+        work_(std::move(work)),
+        wire_(std::move(wire)),
+        buffer_(std::move(buffer)) {}
+  void wait() override {
+    work_.wait();
+    buffer_.copy_(wire_);
+  }
+
+ private:
+  Work work_;
+  torch::Tensor wire_;
+  torch::Tensor buffer_;
+};
+
 }  // namespace
 
 std::unique_ptr<PendingReduction> AllReduceHook::start(GradBucket& bucket, ProcessGroup& group) {
   return std::make_unique<PendingAllReduce>(group.allreduce(bucket.buffer), bucket.buffer,
                                             group.size());
+}
+
+CastHook::CastHook(torch::ScalarType wire_type) : wire_type_(wire_type) {
+  if (wire_type != torch::kHalf && wire_type != torch::kBFloat16) {
+    throw InvalidArgument(
+        concat("CastHook: the wire type must be Half or BFloat16, not ", c10::toString(wire_type)));
+  }
+}
+
+std::unique_ptr<PendingReduction> CastHook::start(GradBucket& bucket, ProcessGroup& group) {
+  // Dividing before the cast (in the gradients' own precision) keeps large sums from
+  // overflowing fp16's range of 65504.
+  torch::Tensor wire = bucket.buffer.div(group.size()).to(wire_type_);
+  Work work = group.allreduce(wire);
+  return std::make_unique<PendingCast>(std::move(work), std::move(wire), bucket.buffer);
+}
+
+std::string CastHook::name() const { return wire_type_ == torch::kHalf ? "fp16" : "bf16"; }
+
+std::unique_ptr<CommHook> make_comm_hook(const std::string& spec) {
+  if (spec == "allreduce") return std::make_unique<AllReduceHook>();
+  if (spec == "fp16") return std::make_unique<CastHook>(torch::kHalf);
+  if (spec == "bf16") return std::make_unique<CastHook>(torch::kBFloat16);
+  const std::string powersgd = "powersgd";
+  if (spec.compare(0, powersgd.size(), powersgd) == 0 &&
+      (spec.size() == powersgd.size() || spec[powersgd.size()] == ':')) {
+    PowerSGDOptions options;
+    // From the command line compression starts after 100 steps rather than PyTorch's 1000,
+    // which is more than two epochs of the examples here.
+    options.start_iter(100);
+    std::string rest = spec.substr(powersgd.size());
+    if (!rest.empty()) {
+      rest = rest.substr(1);
+      const size_t colon = rest.find(':');
+      const std::string what = concat("--comm-hook ", spec);
+      options.matrix_approximation_rank(
+          parse_int(rest.substr(0, colon), what + " (rank)", 1, 1 << 16));
+      if (colon != std::string::npos) {
+        options.start_iter(parse_int(rest.substr(colon + 1), what + " (start step)", 0, 1 << 30));
+      }
+    }
+    return std::make_unique<PowerSGDHook>(options);
+  }
+  throw InvalidArgument(concat("unknown communication hook '", spec,
+                               "'; choose allreduce, fp16, bf16 or powersgd[:rank[:start_step]]"));
 }
 
 }  // namespace ddp

@@ -84,6 +84,16 @@ void Work::wait() {
     throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
   }
   work_.reset();
+  if (finish_) {
+    auto finish = std::move(finish_);
+    finish_ = nullptr;
+    finish();
+  }
+}
+
+Work&& Work::then(std::function<void()> finish) && {
+  finish_ = std::move(finish);
+  return std::move(*this);
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -247,6 +257,23 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
 }
 
 Work ProcessGroup::allreduce(torch::Tensor& tensor) {
+  if (tensor.scalar_type() == torch::kBFloat16 && backend_ == "gloo" &&
+      !compat::kGlooReducesBFloat16) {
+    // Gather every rank's bfloat16 bits (seen as half: Gloo 1.13 moves neither bfloat16 nor
+    // int16; a gather only copies the bytes) and
+    // sum locally in float; for two ranks the same bytes on the wire as a ring all-reduce.
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
+    std::vector<at::Tensor> bits{tensor.contiguous().view(torch::kHalf)};
+    std::vector<std::vector<at::Tensor>> output_bits(1);
+    for (auto& o : outputs[0]) output_bits[0].push_back(o.view(torch::kHalf));
+    auto work = backend_impl_->group->allgather(output_bits, bits);
+    return Work(std::move(work), "all-reduce(bfloat16)", rank_).then([outputs, tensor]() mutable {
+      torch::Tensor sum = outputs[0][0].to(torch::kFloat);
+      for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
+      tensor.copy_(sum);
+    });
+  }
   std::vector<at::Tensor> tensors{tensor};
   return Work(backend_impl_->group->allreduce(tensors), "all-reduce", rank_);
 }

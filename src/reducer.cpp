@@ -342,6 +342,7 @@ void Reducer::before_forward() {
   s.unused.clear();
   s.next_bucket = 0;
   s.hooks_fired = 0;
+  s.stats.bytes_communicated_per_iteration = 0;
   s.finalize_queued = false;
   s.stats.hooks_before_launch.assign(s.buckets.size(), -1);
 }
@@ -423,9 +424,11 @@ void Reducer::Impl::launch_ready_buckets() {
   // Buckets start strictly in index order on every rank, so collectives match across ranks.
   while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
     Bucket& bucket = buckets[next_bucket];
-    GradBucket view{int(next_bucket), bucket.buffer, next_bucket + 1 == buckets.size()};
+    GradBucket view{int(next_bucket), bucket.buffer, {}, next_bucket + 1 == buckets.size()};
+    for (size_t index : bucket.params) view.gradients.push_back(views[index]);
     stats.hooks_before_launch[next_bucket] = hooks_fired;
     bucket.reduction = hook->start(view, *group);
+    stats.bytes_communicated_per_iteration += bucket.reduction->payload_bytes();
     ++next_bucket;
   }
 }

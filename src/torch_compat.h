@@ -35,6 +35,13 @@ using CollectiveBackend = c10d::Backend;
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
+// Gloo's all-reduce rejects bfloat16 in 1.13 ("Invalid scalar type"); 2.x reduces it.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kGlooReducesBFloat16 = true;
+#else
+constexpr bool kGlooReducesBFloat16 = false;
+#endif
+
 #if defined(USE_C10D_NCCL)
 // Only compiled where LibTorch has CUDA (not on Debian 12); not built or run by this project's CI.
 inline c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "ddp/comm_hook.h"
 #include "ddp/data/dataset.h"
 #include "ddp/error.h"
 
@@ -65,9 +66,13 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string&) { o.horizontal_flip = true; }},
       {"--channels-last", "", "keep images and conv weights in NHWC memory (faster with oneDNN)",
        [](O& o, const std::string&) { o.channels_last = true; }},
-      {"--model", "NAME", "net: the reference CNN (default)",
+      {"--model", "NAME",
+       "net: the reference CNN (default); resnet: a small residual network with BatchNorm "
+       "(SyncBatchNorm across ranks when distributed)",
        [](O& o, const std::string& v) {
-         if (v != "net") throw InvalidArgument(concat("--model: unknown model '", v, "'; use net"));
+         if (v != "net" && v != "resnet") {
+           throw InvalidArgument(concat("--model: unknown model '", v, "'; use net or resnet"));
+         }
          o.model = v;
        }},
       {"--epochs", "N", "epochs to train (default 10)",
@@ -141,6 +146,14 @@ const std::vector<Flag>& flags() {
        "size of the first gradient bucket, reduced while backward goes on (default 1)",
        [](O& o, const std::string& v) {
          o.first_bucket_cap_mb = parse_double("--first-bucket-cap-mb", v, 0.001, 4096);
+       }},
+      {"--comm-hook", "NAME",
+       "how gradients are averaged: allreduce (default), fp16 or bf16 (16-bit on the wire), "
+       "powersgd[:RANK[:START]] (rank-RANK low-rank compression with error feedback after START "
+       "plain steps; defaults 1 and 100)",
+       [](O& o, const std::string& v) {
+         make_comm_hook(v);  // validates
+         o.comm_hook = v;
        }},
       {"--nproc-per-node", "N",
        "start N workers of ddp-train on this machine (like mp.spawn / torchrun)",
@@ -237,7 +250,8 @@ std::string config_text(const TrainOptions& o) {
       << "\nseed = " << o.seed << "\nnormalize = " << o.normalize
       << "\nrandom_crop = " << o.random_crop << "\nhorizontal_flip = " << o.horizontal_flip
       << "\nchannels_last = " << o.channels_last << "\nmax_steps = " << o.max_steps
-      << "\nbackend = " << o.backend << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\n";
+      << "\nbackend = " << o.backend << "\nbucket_cap_mb = " << o.bucket_cap_mb
+      << "\ncomm_hook = " << o.comm_hook << "\n";
   return out.str();
 }
 

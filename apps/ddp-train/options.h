@@ -42,9 +42,10 @@ struct TrainOptions {
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
-  int nproc_per_node = 0;         // > 0: start this many workers of ddp-train
-  bool dry_run = false;           // print the configuration and the plan, train nothing
-  bool no_sync_baseline = false;  // benchmark: ranks train without the gradient all-reduce
+  std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
+  int nproc_per_node = 0;               // > 0: start this many workers of ddp-train
+  bool dry_run = false;                 // print the configuration and the plan, train nothing
+  bool no_sync_baseline = false;        // benchmark: ranks train without the gradient all-reduce
   // Checkpoints and interop.
   std::string checkpoint_dir;
   int checkpoint_every = 1;  // epochs

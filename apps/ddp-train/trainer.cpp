@@ -22,7 +22,8 @@
 #include "ddp/metrics.h"
 #include "ddp/process_group.h"
 #include "ddp/sampler.h"
-#include "models/net.h"
+#include "ddp/sync_batchnorm.h"
+#include "models/classifier.h"
 
 namespace ddp::train {
 namespace {
@@ -53,8 +54,8 @@ struct Evaluation {
 
 // Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
 // result covers every test image exactly once.
-Evaluation evaluate(models::Net& model, const data::Dataset& test, const data::LoaderOptions& base,
-                    ProcessGroup* group, int rank, int world) {
+Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const data::Dataset& test,
+                    const data::LoaderOptions& base, ProcessGroup* group, int rank, int world) {
   const int64_t n = int64_t(test.size());
   const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
   std::vector<int64_t> indices;
@@ -189,7 +190,7 @@ struct Session {
   std::shared_ptr<ProcessGroup> group;
   data::DatasetKind kind = data::DatasetKind::kCifar10;
   std::unique_ptr<data::Dataset> train_set, test_set;
-  models::Net model{nullptr};
+  std::shared_ptr<models::ClassifierImpl> model;
   data::LoaderOptions loader_options;
 };
 
@@ -231,10 +232,9 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
   s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
   const data::ImageShape shape = s.train_set->shape();
-  if (shape.height != shape.width || shape.height % 4 != 0) {
+  if (shape.height != shape.width) {
     throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x",
-                           shape.width,
-                           "; the net model needs square images with a side divisible by 4"));
+                           shape.width, "; the models need square images"));
   }
   if (is_root) {
     std::printf("data: %s; %s\n", s.train_set->description().c_str(),
@@ -242,7 +242,16 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   }
   // The model, seeded before it is built, as the reference program does.
   torch::manual_seed(o.seed);
-  s.model = models::Net(shape.channels, shape.height, s.train_set->num_classes());
+  s.model =
+      models::make_classifier(o.model, shape.channels, shape.height, s.train_set->num_classes());
+  // Batch statistics over all ranks' batches, as one process on the whole batch would have.
+  if (s.group) {
+    const int synced = convert_sync_batchnorm(*s.model, s.group);
+    if (synced > 0 && is_root) {
+      std::printf("model: %d SyncBatchNorm layer(s) take their statistics over all %d ranks\n",
+                  synced, world.world_size);
+    }
+  }
   if (o.channels_last) {
     // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
     torch::NoGradGuard no_grad;
@@ -311,7 +320,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   std::shared_ptr<ProcessGroup>& group = session.group;
   const auto& train_set = session.train_set;
   const auto& test_set = session.test_set;
-  models::Net& model = session.model;
+  const std::shared_ptr<models::ClassifierImpl>& model = session.model;
   const data::LoaderOptions& loader_options = session.loader_options;
   torch::optim::SGD optimizer(
       model->parameters(),
@@ -347,11 +356,12 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   }
   if (!o.checkpoint_dir.empty() && is_root) make_directories(o.checkpoint_dir);
 
-  std::optional<DistributedDataParallel<models::NetImpl>> ddp_model;
+  std::optional<DistributedDataParallel<models::ClassifierImpl>> ddp_model;
   if (group && !o.no_sync_baseline) {
     ddp_model.emplace(
         model, group,
         DDPOptions().bucket_cap_mb(o.bucket_cap_mb).first_bucket_cap_mb(o.first_bucket_cap_mb));
+    ddp_model->register_comm_hook(make_comm_hook(o.comm_hook));
   } else if (group && is_root) {
     std::printf(
         "--no-sync-baseline: gradients are NOT averaged; for measuring DDP's overhead only\n");
@@ -464,6 +474,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("backward_seconds", times.backward)
           .add("comm_exposed_seconds", times.comm_exposed)
           .add("optimizer_seconds", times.optimizer)
+          .add("comm_bytes_per_step",
+               ddp_model ? ddp_model->stats().bytes_communicated_per_iteration : 0)
           .add("skipped_steps", skipped_steps)
           .add("peak_rss_mb", peak_rss_mb());
       metrics.write(record);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,9 +49,12 @@ class Work {
   ~Work();
   /// Blocks until done; throws DistributedError naming the collective and rank on failure.
   void wait();
+  /// Runs `finish` on the waiting thread once the collective is done (before wait() returns).
+  Work&& then(std::function<void()> finish) &&;
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
   std::string what_;
   int rank_;
 };
@@ -76,7 +80,8 @@ class ProcessGroup {
   const std::string& backend() const { return backend_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  /// Starts an in-place sum over all ranks of a dense tensor.
+  /// Starts an in-place sum over all ranks of a dense tensor (float, double, half, bfloat16,
+  /// integers).
   Work allreduce(torch::Tensor& tensor);
   /// Starts an in-place max over all ranks.
   Work allreduce_max(torch::Tensor& tensor);

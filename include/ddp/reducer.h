@@ -45,7 +45,10 @@ struct ReducerStats {
   std::vector<int> hooks_before_launch;
   double last_exposed_comm_seconds = 0;  // end-of-backward wait for the reductions
   double total_exposed_comm_seconds = 0;
-  int64_t bytes_reduced_per_iteration = 0;
+  int64_t bytes_reduced_per_iteration = 0;  // gradient bytes in all buckets
+  /// What the communication hook handed to collectives in the last backward (equal to
+  /// bytes_reduced_per_iteration for plain all-reduce, less with compression).
+  int64_t bytes_communicated_per_iteration = 0;
 };
 
 /// Buckets, hooks and the end-of-backward finalisation for one module on one process group.

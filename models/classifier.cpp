@@ -1,0 +1,34 @@
+#include "models/classifier.h"
+
+#include "ddp/error.h"
+#include "models/net.h"
+#include "models/resnet.h"
+
+namespace ddp::models {
+
+std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t channels,
+                                                int64_t side, int64_t num_classes) {
+  if (name == "net") {
+    if (side % 4 != 0) {
+      throw InvalidArgument(concat("--model net: images are ", side, "x", side,
+                                   "; the net model needs a side divisible by 4"));
+    }
+    return Net(channels, side, num_classes).ptr();
+  }
+  if (name == "resnet") {
+    if (side < 8) {
+      throw InvalidArgument(concat("--model resnet: images are ", side, "x", side,
+                                   "; the resnet model needs a side of at least 8"));
+    }
+    return ResNet(channels, num_classes).ptr();
+  }
+  throw InvalidArgument(concat("--model: unknown model '", name, "'; use net or resnet"));
+}
+
+double classifier_forward_flops(const std::string& name, int64_t channels, int64_t side,
+                                int64_t num_classes) {
+  return name == "resnet" ? resnet_forward_flops(channels, side, num_classes)
+                          : net_forward_flops(channels, side, num_classes);
+}
+
+}  // namespace ddp::models

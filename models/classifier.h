@@ -1,0 +1,25 @@
+// What ddp-train trains: any image classifier, (N, C, H, W) images to (N, classes) logits.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace ddp::models {
+
+class ClassifierImpl : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor images) = 0;
+};
+
+/// The model --model names ("net" or "resnet") for `channels` x `side` x `side` images; throws
+/// InvalidArgument for another name or an image size the model cannot take.
+std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t channels,
+                                                int64_t side, int64_t num_classes);
+
+/// Forward FLOPs of one image (multiply-adds counted as 2); backward is ~2x this.
+double classifier_forward_flops(const std::string& name, int64_t channels, int64_t side,
+                                int64_t num_classes);
+
+}  // namespace ddp::models

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds ddp.cpp against LibTorch 2.x and runs the whole test suite there.
+#
+# Debian 13 (trixie) ships libtorch-dev 2.6 and python3-torch 2.6. This script makes a trixie
+# root with debootstrap (kept between runs: DDP_TRIXIE_ROOT, default
+# /var/cache/ddp.cpp/trixie-root), runs the README's own scripts/setup.sh inside it (so the
+# package list is checked on Debian 13 too), copies the working tree in and runs
+# scripts/test.sh. Needs root (debootstrap, chroot, bind mounts).
+#
+# Usage: scripts/check-libtorch2.sh [ctest arguments, e.g. -R Ddp]
+#   DDP_TRIXIE_ROOT=/path   where the Debian 13 root lives (created if missing)
+#   DDP_TRIXIE_MIRROR=url   the Debian mirror (default http://deb.debian.org/debian)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+root=${DDP_TRIXIE_ROOT:-/var/cache/ddp.cpp/trixie-root}
+mirror=${DDP_TRIXIE_MIRROR:-http://deb.debian.org/debian}
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "check-libtorch2: needs root (debootstrap and chroot); run it with sudo" >&2
+  exit 2
+fi
+
+log() { echo "check-libtorch2: $*"; }
+
+# 1. The Debian 13 root, made once. The marker is written last, so an interrupted debootstrap
+#    is started again from scratch rather than reused half-made.
+if [[ ! -f $root/.ddp-root-ready ]]; then
+  command -v debootstrap >/dev/null ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
+  log "making a Debian 13 root in $root (a few minutes, once)"
+  rm -rf "$root"
+  mkdir -p "$root"
+  debootstrap --variant=minbase trixie "$root" "$mirror"
+  echo "deb $mirror trixie main" >"$root/etc/apt/sources.list"
+  touch "$root/.ddp-root-ready"
+fi
+
+# 2. What the tests need from the host: /proc (child processes), /dev (shm, null, urandom),
+#    /sys and /run/netns (network namespaces), name resolution for localhost.
+mounts=()
+bind() {
+  mkdir -p "$root/$1"
+  mount --bind "/$1" "$root/$1"
+  mounts=("$root/$1" "${mounts[@]}")
+}
+cleanup() {
+  for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+bind proc
+bind dev
+bind dev/pts
+bind sys
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+# 3. The working tree (tracked and untracked-but-not-ignored files), fresh each run; the build
+#    folder inside the root is kept so an unchanged tree rebuilds quickly.
+src=$root/src/ddp.cpp
+mkdir -p "$src"
+find "$src" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+git -C "$repo" ls-files -z --cached --others --exclude-standard |
+  tar -C "$repo" --null -T - -cf - | tar -C "$src" -xf -
+
+# 4. The README's setup and test commands, inside Debian 13.
+in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  LANG=C.UTF-8 bash -c "$1"; }
+log "setup inside Debian 13"
+in_root "cd /src/ddp.cpp && scripts/setup.sh"
+in_root "dpkg-query -W -f='built against libtorch-dev \${Version}\n' libtorch-dev"
+log "tests inside Debian 13"
+in_root "cd /src/ddp.cpp && scripts/test.sh $*"
+log "passed against LibTorch $(in_root "dpkg-query -W -f='\${Version}' libtorch-dev")"
