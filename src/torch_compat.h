@@ -13,13 +13,17 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/optim/optimizer.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <sstream>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace ddp::compat {
 
@@ -114,9 +118,21 @@ inline std::string libtorch_version() {
 
 namespace ddp::compat {
 
-// The key under which torch::optim keeps a parameter's state (1.13 and 2.x alike).
-inline std::string optimizer_state_key(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+// The key under which torch::optim keeps a parameter's state: the TensorImpl's address printed
+// as a string in 1.13, the address itself (void*) in 2.x.
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+// (A template, so that only the branch for this version's key type is compiled.)
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const torch::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << param.unsafeGetTensorImpl();  // what c10::guts::to_string did in 1.13
+    return out.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
 }
 
 }  // namespace ddp::compat
