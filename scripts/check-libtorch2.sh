@@ -48,6 +48,9 @@ cleanup() {
   for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+# ip netns exec remounts / as a slave: / must be a mount point inside the root too.
+mount --bind "$root" "$root"
+mounts=("$root" "${mounts[@]}")
 bind proc
 bind dev
 bind dev/pts

@@ -10,6 +10,8 @@
 #include <fstream>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "ddp/atomic_file.h"
@@ -79,7 +81,7 @@ c10::IValue unpickle_python_state_dict(const std::string& path) {
   return unpickler.parse_ivalue();
 }
 
-// Any pickled file: ours (torch::pickle_save), or Python's torch.save of a dict or state_dict.
+// Any pickled file: ours (pickle_for_python), or Python's torch.save of a dict or state_dict.
 c10::IValue load_pickle(const std::string& path) {
   const std::vector<char> bytes = read_bytes(path);
   try {
@@ -110,6 +112,32 @@ std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const 
   return out;
 }
 
+// torch::pickle_save's zip archive, but with plain dicts: pickle_save tags each typed dict with
+// torch.jit._pickle.restore_type_tag, a global that Python's torch.load refuses by default from
+// 2.6 on (weights_only=True). Untagged, the file is only dicts, strings, ints and tensors, which
+// every torch.load accepts. The same calls exist in LibTorch 1.13 and 2.x.
+std::vector<char> pickle_for_python(const c10::IValue& value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
+      const char* b = static_cast<const char*>(bytes);
+      archive.insert(archive.end(), b, b + size);
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
+                                       writer);
+  }  // the writer's destructor writes the zip's central directory
+  return archive;
+}
+
 c10::Dict<std::string, torch::Tensor> state_dict_of(const torch::nn::Module& module) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& p : module.named_parameters(true))
@@ -128,35 +156,104 @@ const c10::IValue& field(const GenericDict& dict, const std::string& key, const 
   return it->value();
 }
 
-}  // namespace
-
-void save_checkpoint(const std::string& path, const torch::nn::Module& module,
-                     torch::optim::SGD& optimizer, const CheckpointState& state) {
-  GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  dict.insert("format", std::string(kFormatName));
-  dict.insert("version", kCheckpointVersion);
-  dict.insert("model", state_dict_of(module));
-  c10::Dict<std::string, torch::Tensor> momentum;
+// The optimizer's per-parameter state by parameter name, one dict per field, so the file does
+// not depend on tensor addresses: SGD's momentum buffers, Adam's moments and step counts.
+void save_optimizer_state(GenericDict& dict, const torch::nn::Module& module,
+                          torch::optim::Optimizer& optimizer) {
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  if (!adam && dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr) {
+    throw InvalidArgument("save_checkpoint: only SGD and Adam optimizer state can be saved");
+  }
+  c10::Dict<std::string, torch::Tensor> momentum, exp_avg, exp_avg_sq, max_exp_avg_sq, step;
   auto& states = optimizer.state();
   for (const auto& p : module.named_parameters(true)) {
     auto it = states.find(compat::optimizer_state_key(p.value()));
     if (it == states.end()) continue;
-    const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
-    if (sgd.momentum_buffer().defined())
-      momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
+    if (adam) {
+      const auto& a = static_cast<const torch::optim::AdamParamState&>(*it->second);
+      exp_avg.insert(p.key(), a.exp_avg().contiguous());
+      exp_avg_sq.insert(p.key(), a.exp_avg_sq().contiguous());
+      if (a.max_exp_avg_sq().defined()) max_exp_avg_sq.insert(p.key(), a.max_exp_avg_sq());
+      step.insert(p.key(), torch::tensor(int64_t(a.step()), torch::kLong));
+    } else {
+      const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
+      if (sgd.momentum_buffer().defined())
+        momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
+    }
   }
-  dict.insert("optimizer.momentum", momentum);
+  dict.insert("optimizer.kind", std::string(adam ? "adam" : "sgd"));
+  if (adam) {
+    dict.insert("optimizer.exp_avg", exp_avg);
+    dict.insert("optimizer.exp_avg_sq", exp_avg_sq);
+    dict.insert("optimizer.max_exp_avg_sq", max_exp_avg_sq);
+    dict.insert("optimizer.step", step);
+  } else {
+    dict.insert("optimizer.momentum", momentum);
+  }
+}
+
+void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& module,
+                          torch::optim::Optimizer& optimizer, const std::string& path) {
+  auto kind_entry = dict.find("optimizer.kind");  // absent in the first files: SGD
+  const std::string kind = kind_entry == dict.end() ? "sgd" : kind_entry->value().toStringRef();
+  const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  if (kind != (adam ? "adam" : "sgd")) {
+    throw DataError(concat(path, ": the checkpoint holds ", kind,
+                           " optimizer state, but this run "
+                           "uses ",
+                           adam ? "adam" : "sgd", "; pass --optimizer ", kind));
+  }
+  auto& states = optimizer.state();
+  if (!adam) {
+    const auto momentum =
+        tensors_of(field(dict, "optimizer.momentum", path), path, "optimizer state");
+    for (const auto& p : module.named_parameters(true)) {
+      auto m = momentum.find(p.key());
+      if (m == momentum.end()) continue;
+      auto fresh = std::make_unique<torch::optim::SGDParamState>();
+      fresh->momentum_buffer(m->second.clone());
+      states[compat::optimizer_state_key(p.value())] = std::move(fresh);
+    }
+    return;
+  }
+  const auto exp_avg = tensors_of(field(dict, "optimizer.exp_avg", path), path, "exp_avg");
+  const auto exp_avg_sq = tensors_of(field(dict, "optimizer.exp_avg_sq", path), path, "exp_avg_sq");
+  const auto max_sq =
+      tensors_of(field(dict, "optimizer.max_exp_avg_sq", path), path, "max_exp_avg_sq");
+  const auto step = tensors_of(field(dict, "optimizer.step", path), path, "step");
+  for (const auto& p : module.named_parameters(true)) {
+    auto a = exp_avg.find(p.key()), b = exp_avg_sq.find(p.key()), n = step.find(p.key());
+    if (a == exp_avg.end() || b == exp_avg_sq.end() || n == step.end()) continue;
+    auto fresh = std::make_unique<torch::optim::AdamParamState>();
+    fresh->exp_avg(a->second.clone());
+    fresh->exp_avg_sq(b->second.clone());
+    auto m = max_sq.find(p.key());
+    if (m != max_sq.end()) fresh->max_exp_avg_sq(m->second.clone());
+    fresh->step(n->second.item<int64_t>());
+    states[compat::optimizer_state_key(p.value())] = std::move(fresh);
+  }
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const torch::nn::Module& module,
+                     torch::optim::Optimizer& optimizer, const CheckpointState& state) {
+  GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("format", std::string(kFormatName));
+  dict.insert("version", kCheckpointVersion);
+  dict.insert("model", state_dict_of(module));
+  save_optimizer_state(dict, module, optimizer);
   dict.insert("epoch", state.epoch);
   dict.insert("global_step", state.global_step);
   dict.insert("world_size", state.world_size);
   dict.insert("config", state.config);
   if (state.rng_state.defined()) dict.insert("rng.torch", state.rng_state);
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                torch::optim::SGD* optimizer) {
+                                torch::optim::Optimizer* optimizer) {
   const c10::IValue root = load_pickle(path);
   if (!root.isGenericDict()) throw DataError(concat(path, ": not a ddp.cpp checkpoint"));
   const GenericDict dict = root.toGenericDict();
@@ -173,18 +270,7 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
                            ", but this build reads version ", kCheckpointVersion));
   }
   load_state_dict(module, tensors_of(field(dict, "model", path), path, "model"), path);
-  if (optimizer != nullptr) {
-    const auto momentum =
-        tensors_of(field(dict, "optimizer.momentum", path), path, "optimizer state");
-    auto& states = optimizer->state();
-    for (const auto& p : module.named_parameters(true)) {
-      auto m = momentum.find(p.key());
-      if (m == momentum.end()) continue;
-      auto fresh = std::make_unique<torch::optim::SGDParamState>();
-      fresh->momentum_buffer(m->second.clone());
-      states[compat::optimizer_state_key(p.value())] = std::move(fresh);
-    }
-  }
+  if (optimizer != nullptr) load_optimizer_state(dict, module, *optimizer, path);
   CheckpointState state;
   state.epoch = field(dict, "epoch", path).toInt();
   state.global_step = field(dict, "global_step", path).toInt();
@@ -196,7 +282,7 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
 }
 
 void export_state_dict(const std::string& path, const torch::nn::Module& module) {
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state_dict_of(module)));
+  const std::vector<char> bytes = pickle_for_python(c10::IValue(state_dict_of(module)));
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 

@@ -65,19 +65,22 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
                              options.eps(), /*cudnn_enabled=*/true);
   }
 
-  // Per channel: sum, sum of squares and count over this rank's values, summed over ranks in
-  // double precision (E[x²] - E[x]² loses digits in float when the mean is large).
+  // Per channel: this rank's count n, n * mean and n * E[x²] (from a Welford mean and variance in
+  // the input's precision), summed over ranks in double, give the global mean and variance.
   std::vector<int64_t> reduce_dims = {0};
   for (int64_t d = 2; d < input.dim(); ++d) reduce_dims.push_back(d);
-  const torch::Tensor x = input.to(torch::kDouble);
-  const double local_count = double(input.numel() / input.size(1));
-  torch::Tensor local = torch::cat(
-      {x.sum(reduce_dims), (x * x).sum(reduce_dims), torch::full({1}, local_count, x.options())});
-  const torch::Tensor global = differentiable_all_reduce_sum(local, *group_);
   const int64_t c = options.num_features();
+  const double n_local = double(input.numel() / c);
+  auto [local_var, local_mean] = torch::var_mean(input, reduce_dims, /*unbiased=*/false);
+  local_var = local_var.to(torch::kDouble);
+  local_mean = local_mean.to(torch::kDouble);
+  const torch::Tensor local =
+      torch::cat({local_mean * n_local, (local_var + local_mean * local_mean) * n_local,
+                  torch::full({1}, n_local, local_mean.options())});
+  const torch::Tensor global = differentiable_all_reduce_sum(local, *group_);
   const torch::Tensor count = global.narrow(0, 2 * c, 1);
   const torch::Tensor mean = global.narrow(0, 0, c) / count;
-  const torch::Tensor var = global.narrow(0, c, c) / count - mean * mean;  // biased
+  const torch::Tensor var = (global.narrow(0, c, c) / count - mean * mean).clamp_min(0);  // biased
   if (options.track_running_stats()) {
     torch::NoGradGuard no_grad;
     const double n = count.item<double>();
@@ -85,12 +88,17 @@ torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
     running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
     running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
   }
+  // y = x * a + b' per channel, with a = weight / sqrt(var + eps) and b' = bias - mean * a: two
+  // passes over the activations instead of four.
   std::vector<int64_t> shape(size_t(input.dim()), 1);
   shape[1] = c;
-  const torch::Tensor scale = torch::rsqrt(var + options.eps()).to(input.scalar_type()).view(shape);
-  torch::Tensor out = (input - mean.to(input.scalar_type()).view(shape)) * scale;
-  if (options.affine()) out = out * weight.view(shape) + bias.view(shape);
-  return out;
+  torch::Tensor a = torch::rsqrt(var + options.eps());
+  torch::Tensor shift = -mean * a;
+  if (options.affine()) {
+    a = a * weight.to(torch::kDouble);
+    shift = shift * weight.to(torch::kDouble) + bias.to(torch::kDouble);
+  }
+  return input * a.to(input.scalar_type()).view(shape) + shift.to(input.scalar_type()).view(shape);
 }
 
 int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<ProcessGroup> group) {

@@ -86,6 +86,12 @@ inline c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, i
   opts.numWorkers = world_size;
   opts.waitWorkers = false;  // ddp checks that every rank arrived itself, with a clear message
   opts.timeout = timeout;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  // From 2.4 the default is the libuv server, which a LibTorch may be built without (Debian
+  // 13's 2.6 is: "use_libuv was requested but PyTorch was build without libuv support"). The
+  // classic server is in every build and talks to libuv clients alike.
+  opts.useLibUV = false;
+#endif
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
 }
 

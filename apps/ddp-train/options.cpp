@@ -79,7 +79,19 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) { o.epochs = int(parse_int64("--epochs", v, 1, 100000)); }},
       {"--batch-size", "N", "images per rank per step (default 64)",
        [](O& o, const std::string& v) { o.batch_size = parse_int64("--batch-size", v, 1, 65536); }},
-      {"--lr", "X", "SGD learning rate (default 0.001)",
+      {"--optimizer", "NAME", "sgd (default, with --momentum) or adam",
+       [](O& o, const std::string& v) {
+         if (v != "sgd" && v != "adam") {
+           throw InvalidArgument(
+               concat("--optimizer: unknown optimizer '", v, "'; use sgd or adam"));
+         }
+         o.optimizer = v;
+       }},
+      {"--zero", "",
+       "shard the optimizer state over the ranks (ZeRO stage 1): each keeps ~1/W of it, same "
+       "weights",
+       [](O& o, const std::string&) { o.zero = true; }},
+      {"--lr", "X", "learning rate (default 0.001)",
        [](O& o, const std::string& v) { o.lr = parse_double("--lr", v, 0, 1e3); }},
       {"--momentum", "X", "SGD momentum (default 0.9)",
        [](O& o, const std::string& v) { o.momentum = parse_double("--momentum", v, 0, 1); }},
@@ -251,7 +263,8 @@ std::string config_text(const TrainOptions& o) {
       << "\nrandom_crop = " << o.random_crop << "\nhorizontal_flip = " << o.horizontal_flip
       << "\nchannels_last = " << o.channels_last << "\nmax_steps = " << o.max_steps
       << "\nbackend = " << o.backend << "\nbucket_cap_mb = " << o.bucket_cap_mb
-      << "\ncomm_hook = " << o.comm_hook << "\n";
+      << "\ncomm_hook = " << o.comm_hook << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero
+      << "\n";
   return out.str();
 }
 

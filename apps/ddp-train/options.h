@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string model = "net";
   int epochs = 10;
   int64_t batch_size = 64;
+  std::string optimizer = "sgd";  // sgd or adam
   double lr = 0.001;
   double momentum = 0.9;
   double weight_decay = 0.0;
@@ -42,6 +43,7 @@ struct TrainOptions {
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
+  bool zero = false;                    // shard the optimizer state over the ranks (ZeRO stage 1)
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train
   bool dry_run = false;                 // print the configuration and the plan, train nothing

@@ -23,6 +23,7 @@
 #include "ddp/process_group.h"
 #include "ddp/sampler.h"
 #include "ddp/sync_batchnorm.h"
+#include "ddp/zero.h"
 #include "models/classifier.h"
 
 namespace ddp::train {
@@ -44,6 +45,18 @@ void sum_over_ranks(ProcessGroup* group, std::vector<double>& values) {
   torch::Tensor t = torch::tensor(values, torch::kFloat64);
   group->allreduce(t).wait();
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[int64_t(i)].item<double>();
+}
+
+// SGD (the reference program's) or Adam, over the parameters it is given.
+OptimizerFactory optimizer_factory(const TrainOptions& o) {
+  return [o](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
+    if (o.optimizer == "adam") {
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+    }
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  };
 }
 
 struct Evaluation {
@@ -322,9 +335,22 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const auto& test_set = session.test_set;
   const std::shared_ptr<models::ClassifierImpl>& model = session.model;
   const data::LoaderOptions& loader_options = session.loader_options;
-  torch::optim::SGD optimizer(
-      model->parameters(),
-      torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  // The optimizer: unsharded, or with --zero each rank keeps the state of its shard only.
+  const OptimizerFactory make_optimizer = optimizer_factory(o);
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::optional<ZeroRedundancyOptimizer> zero;
+  if (o.zero && group) {
+    zero.emplace(model->parameters(), group, make_optimizer);
+  } else {
+    optimizer = make_optimizer(model->parameters());
+  }
+  auto zero_grad = [&] {
+    if (zero) {
+      zero->zero_grad();
+    } else {
+      optimizer->zero_grad();
+    }
+  };
 
   // Where to start: a checkpoint (explicit, or the newest after a launcher restart), a state
   // dict, or the seeded initial weights. Every rank reads the same file.
@@ -334,7 +360,12 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   if (resume.empty() && world.restart_count > 0 && !o.checkpoint_dir.empty()) resume = "auto";
   if (resume == "auto") resume = latest_checkpoint(o.checkpoint_dir);
   if (!resume.empty()) {
-    const CheckpointState state = load_checkpoint(resume, *model, &optimizer);
+    // With --zero every rank reads the whole optimizer state and keeps its shard's.
+    std::unique_ptr<torch::optim::Optimizer> full =
+        zero ? make_optimizer(model->parameters()) : nullptr;
+    const CheckpointState state =
+        load_checkpoint(resume, *model, zero ? full.get() : optimizer.get());
+    if (zero) zero->load_from_full(*full);
     start_epoch = int(state.epoch) + 1;
     global_step = state.global_step;
     if (state.rng_state.defined()) {
@@ -406,7 +437,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         }
       }
       auto t2 = Clock::now();
-      optimizer.zero_grad();
+      zero_grad();
       loss.backward();
       auto t3 = Clock::now();
       // Gradients are averaged over ranks by now, so every rank reaches the same verdict.
@@ -421,10 +452,14 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         }
         ++skipped_steps;
         ++global_step;  // the batch is consumed, only the update is skipped
-        optimizer.zero_grad();
+        zero_grad();
         continue;
       }
-      optimizer.step();
+      if (zero) {
+        zero->step();
+      } else {
+        optimizer->step();
+      }
       auto t4 = Clock::now();
       const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
       times.data_wait += std::chrono::duration<double>(t1 - t0).count();
@@ -463,6 +498,15 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       r.test_acc = eval.accuracy;
     }
     results.push_back(r);
+    // Optimizer memory: this rank's state, and all ranks' together (= the unsharded size).
+    std::vector<double> state_mb = {
+        double(zero ? zero->local_state_bytes() : optimizer_state_bytes(*optimizer)) / 1e6};
+    const double rank0_state_mb = state_mb[0];
+    sum_over_ranks(group.get(), state_mb);
+    if (zero && is_root && epoch == start_epoch) {
+      std::printf("optimizer state (--zero): %.2f MB on rank 0, %.2f MB over all %d ranks\n",
+                  rank0_state_mb, state_mb[0], world_size);
+    }
     if (is_root) {
       JsonRecord record;
       record.add("epoch", epoch).add("train_loss", r.train_loss);
@@ -477,6 +521,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("comm_bytes_per_step",
                ddp_model ? ddp_model->stats().bytes_communicated_per_iteration : 0)
           .add("skipped_steps", skipped_steps)
+          .add("optimizer_state_mb", rank0_state_mb)
           .add("peak_rss_mb", peak_rss_mb());
       metrics.write(record);
       if (o.evaluate) {
@@ -492,6 +537,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       std::fflush(stdout);
     }
     if (!o.checkpoint_dir.empty() && (epoch % o.checkpoint_every == 0 || epoch == o.epochs)) {
+      // Sharded state is gathered on rank 0 first (a collective: every rank takes part).
+      std::unique_ptr<torch::optim::Optimizer> consolidated = zero ? zero->consolidate(0) : nullptr;
       if (is_root) {
         CheckpointState state;
         state.epoch = epoch;
@@ -499,7 +546,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         state.world_size = world_size;
         state.config = config_text(o);
         state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
-        save_checkpoint(checkpoint_path(o.checkpoint_dir, epoch), *model, optimizer, state);
+        save_checkpoint(checkpoint_path(o.checkpoint_dir, epoch), *model,
+                        zero ? *consolidated : *optimizer, state);
         prune_checkpoints(o.checkpoint_dir, o.keep);
       }
       if (group) group->barrier();  // nobody goes on (or reads it) before it is complete

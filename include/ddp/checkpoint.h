@@ -1,4 +1,4 @@
-// Checkpoints and state dicts. A checkpoint holds the model, the optimizer's momentum buffers,
+// Checkpoints and state dicts. A checkpoint holds the model, the optimizer's state (SGD, Adam),
 // the epoch and step, the RNG state, the config that made it and a format version; it is written
 // by rank 0 only, atomically (temporary file, fsync, rename), so a crash leaves the previous one
 // intact. Files are pickled dicts of tensors and plain values only: loading one never runs code.
@@ -27,16 +27,16 @@ struct CheckpointState {
   torch::Tensor rng_state;  // torch's default CPU generator
 };
 
-/// Writes `module`'s parameters and buffers, `optimizer`'s momentum buffers and `state` to
+/// Writes `module`'s parameters and buffers, `optimizer`'s state (SGD or Adam) and `state` to
 /// `path` atomically. Throws IoError (disk full, read-only directory); the old file survives.
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
-                     torch::optim::SGD& optimizer, const CheckpointState& state);
+                     torch::optim::Optimizer& optimizer, const CheckpointState& state);
 
 /// Loads a checkpoint into `module` (and `optimizer` when not null). Throws DataError naming the
 /// file for a truncated or foreign file, a wrong format version, or a model whose parameter
 /// names or shapes differ (all differences listed).
 CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& module,
-                                torch::optim::SGD* optimizer);
+                                torch::optim::Optimizer* optimizer);
 
 /// Writes the module's state dict (parameters and buffers by name) for Python's torch.load.
 void export_state_dict(const std::string& path, const torch::nn::Module& module);
