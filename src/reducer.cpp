@@ -125,7 +125,9 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
 
   ReducerStats stats;
 
-  void sync_module_states();
+  void sync_module_states(int root);
+  void broadcast_buffers();
+  void arm();
   void build_buckets(const std::vector<size_t>& order);
   void on_gradient(size_t index);
   void mark_ready(size_t index);
@@ -137,7 +139,7 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
 
 // --- construction ---------------------------------------------------------------------------
 
-void Reducer::Impl::sync_module_states() {
+void Reducer::Impl::sync_module_states(int root) {
   if (group->size() == 1) return;
   // One flat broadcast per dtype (in the same order everywhere), then copied back.
   std::vector<torch::Tensor> all = params;
@@ -157,7 +159,7 @@ void Reducer::Impl::sync_module_states() {
     std::vector<torch::Tensor> flat_parts;
     for (const auto& t : members) flat_parts.push_back(t.reshape({-1}));
     torch::Tensor flat = torch::cat(flat_parts);
-    group->broadcast(flat, 0).wait();
+    group->broadcast(flat, root).wait();
     int64_t offset = 0;
     for (auto& t : members) {
       t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
@@ -283,7 +285,7 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
     throw InvalidArgument(
         "DistributedDataParallel: the module has no parameter that requires grad");
   }
-  s.sync_module_states();
+  s.sync_module_states(0);
 
   std::vector<size_t> reverse_order(s.params.size());
   for (size_t i = 0; i < reverse_order.size(); ++i) reverse_order[i] = s.params.size() - 1 - i;
@@ -307,6 +309,41 @@ Reducer::~Reducer() = default;
 
 // --- one iteration ------------------------------------------------------------------------------
 
+void Reducer::Impl::broadcast_buffers() {
+  if (!options.broadcast_buffers() || group->size() == 1 || buffers.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<Work> works;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // non-contiguous buffers
+  for (auto& b : buffers) {
+    if (b.is_contiguous()) {
+      works.push_back(group->broadcast(b, 0));
+    } else {
+      copies.emplace_back(b, b.contiguous());
+      works.push_back(group->broadcast(copies.back().second, 0));
+    }
+  }
+  for (auto& w : works) w.wait();
+  for (auto& c : copies) c.first.copy_(c.second);
+}
+
+// Resets the per-iteration state for a synchronised backward.
+void Reducer::Impl::arm() {
+  armed = true;
+  std::fill(ready.begin(), ready.end(), 0);
+  std::fill(used.begin(), used.end(), 0);
+  for (size_t i = 0; i < params.size(); ++i) had_grad[i] = params[i].grad().defined();
+  for (auto& bucket : buckets) {
+    bucket.pending = int(bucket.params.size());
+    bucket.reduction.reset();
+  }
+  unused.clear();
+  next_bucket = 0;
+  hooks_fired = 0;
+  stats.bytes_communicated_per_iteration = 0;
+  finalize_queued = false;
+  stats.hooks_before_launch.assign(buckets.size(), -1);
+}
+
 void Reducer::before_forward() {
   Impl& s = *impl_;
   if (!s.unfinished_error.empty()) {
@@ -314,37 +351,18 @@ void Reducer::before_forward() {
     s.unfinished_error.clear();
     throw DistributedError(message);
   }
+  const bool sync_gradients = sync_ && torch::GradMode::is_enabled();
+  const bool broadcasts =
+      s.options.broadcast_buffers() && s.group->size() > 1 && !s.buffers.empty();
+  if (join_mode_ && (sync_gradients || broadcasts || s.rebuild_pending)) {
+    // Tell the joined ranks what to shadow (Join::join sums the same two numbers).
+    torch::Tensor notice = torch::tensor({int64_t(1), int64_t(sync_gradients)}, torch::kInt64);
+    s.group->allreduce(notice).wait();
+  }
   if (s.rebuild_pending) s.rebuild_buckets();
-  if (s.options.broadcast_buffers() && s.group->size() > 1 && !s.buffers.empty()) {
-    torch::NoGradGuard no_grad;
-    std::vector<Work> works;
-    std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // non-contiguous buffers
-    for (auto& b : s.buffers) {
-      if (b.is_contiguous()) {
-        works.push_back(s.group->broadcast(b, 0));
-      } else {
-        copies.emplace_back(b, b.contiguous());
-        works.push_back(s.group->broadcast(copies.back().second, 0));
-      }
-    }
-    for (auto& w : works) w.wait();
-    for (auto& c : copies) c.first.copy_(c.second);
-  }
-  s.armed = sync_ && torch::GradMode::is_enabled();
-  if (!s.armed) return;
-  std::fill(s.ready.begin(), s.ready.end(), 0);
-  std::fill(s.used.begin(), s.used.end(), 0);
-  for (size_t i = 0; i < s.params.size(); ++i) s.had_grad[i] = s.params[i].grad().defined();
-  for (auto& bucket : s.buckets) {
-    bucket.pending = int(bucket.params.size());
-    bucket.reduction.reset();
-  }
-  s.unused.clear();
-  s.next_bucket = 0;
-  s.hooks_fired = 0;
-  s.stats.bytes_communicated_per_iteration = 0;
-  s.finalize_queued = false;
-  s.stats.hooks_before_launch.assign(s.buckets.size(), -1);
+  s.broadcast_buffers();
+  s.armed = false;
+  if (sync_gradients) s.arm();
 }
 
 void Reducer::after_forward(const std::vector<torch::Tensor>& outputs) {
@@ -496,6 +514,37 @@ void Reducer::Impl::rebuild_buckets() {
   for (size_t i = 0; i < order.size(); ++i) order[i] = size_t(shared.data_ptr<int64_t>()[i]);
   build_buckets(order);
   stats.buckets_rebuilt = true;
+}
+
+// --- uneven inputs ------------------------------------------------------------------------------
+
+void Reducer::shadow_step(bool sync_gradients) {
+  Impl& s = *impl_;
+  if (s.rebuild_pending) s.rebuild_buckets();
+  s.broadcast_buffers();
+  if (!sync_gradients) return;
+  s.arm();
+  s.armed = false;  // no backward runs here: the hooks stay quiet
+  // This rank contributes zeros: every gradient becomes its (zeroed) view into the buckets, so
+  // the average of the others lands in .grad, ready for the same optimizer step.
+  for (size_t i = 0; i < s.params.size(); ++i) s.params[i].mutable_grad() = s.views[i];
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& bucket : s.buckets) bucket.buffer.zero_();
+  }
+  std::fill(s.ready.begin(), s.ready.end(), 1);
+  for (auto& bucket : s.buckets) bucket.pending = 0;
+  s.launch_ready_buckets();  // all of them, in bucket order, as the others do
+  s.armed = true;            // finalize() waits, handles unused parameters and counts the iteration
+  s.finalize();
+}
+
+void Reducer::broadcast_module_states(int root) {
+  if (root < 0 || root >= impl_->group->size()) {
+    throw InvalidArgument(concat("broadcast_module_states: rank ", root, " is outside [0, ",
+                                 impl_->group->size(), ")"));
+  }
+  impl_->sync_module_states(root);
 }
 
 // --- accessors ----------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
   // As PyTorch: drop_last truncates to a multiple of the world size, otherwise pads up to one.
   if (options.drop_last && dataset_size % world_size != 0) {
     num_samples_ = dataset_size / world_size;  // == ceil((n - world) / world)
+  } else if (!options.drop_last && !options.pad) {
+    num_samples_ = (dataset_size - rank + world_size - 1) / world_size;  // indices rank, rank+W..
+    total_size_ = dataset_size;
+    return;
   } else {
     num_samples_ = (dataset_size + world_size - 1) / world_size;
   }
@@ -36,13 +40,13 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     for (int64_t i = 0; i < dataset_size_; ++i) all.push_back(i);
   }
-  if (!options_.drop_last) {
+  if (!options_.drop_last && options_.pad) {
     // Pad by repeating from the start, as many times as needed (PyTorch's math.ceil repeat).
     const int64_t padding = total_size_ - int64_t(all.size());
     for (int64_t i = 0; i < padding && !all.empty(); ++i)
       all.push_back(all[size_t(i % dataset_size_)]);
   } else {
-    all.resize(size_t(total_size_));
+    all.resize(size_t(total_size_));  // truncated with drop_last, unchanged without padding
   }
   std::vector<int64_t> mine;
   mine.reserve(size_t(num_samples_));

@@ -87,6 +87,10 @@ const std::vector<Flag>& flags() {
          }
          o.optimizer = v;
        }},
+      {"--no-pad", "",
+       "visit every training image exactly once per epoch: no padding of the shards; ranks with "
+       "one batch fewer join (shadow the others' all-reduces) instead of hanging them",
+       [](O& o, const std::string&) { o.no_pad = true; }},
       {"--zero", "",
        "shard the optimizer state over the ranks (ZeRO stage 1): each keeps ~1/W of it, same "
        "weights",
@@ -264,7 +268,7 @@ std::string config_text(const TrainOptions& o) {
       << "\nchannels_last = " << o.channels_last << "\nmax_steps = " << o.max_steps
       << "\nbackend = " << o.backend << "\nbucket_cap_mb = " << o.bucket_cap_mb
       << "\ncomm_hook = " << o.comm_hook << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero
-      << "\n";
+      << "\nno_pad = " << o.no_pad << "\n";
   return out.str();
 }
 

@@ -43,6 +43,7 @@ struct TrainOptions {
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
+  bool no_pad = false;                  // sampler without padding; ranks join when out of data
   bool zero = false;                    // shard the optimizer state over the ranks (ZeRO stage 1)
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train

@@ -19,6 +19,7 @@
 #include "ddp/data/loader.h"
 #include "ddp/ddp.h"
 #include "ddp/error.h"
+#include "ddp/join.h"
 #include "ddp/metrics.h"
 #include "ddp/process_group.h"
 #include "ddp/sampler.h"
@@ -260,6 +261,13 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   // Batch statistics over all ranks' batches, as one process on the whole batch would have.
   if (s.group) {
     const int synced = convert_sync_batchnorm(*s.model, s.group);
+    if (synced > 0 && o.no_pad) {
+      throw InvalidArgument(
+          concat("--no-pad cannot be used with --model ", o.model, " on ", world.world_size,
+                 " ranks: its SyncBatchNorm layers need every rank's batch in every forward, "
+                 "which a rank out of data cannot shadow; leave out --no-pad (the shards are "
+                 "padded to equal length, as PyTorch's DistributedSampler does)"));
+    }
     if (synced > 0 && is_root) {
       std::printf("model: %d SyncBatchNorm layer(s) take their statistics over all %d ranks\n",
                   synced, world.world_size);
@@ -292,14 +300,16 @@ void print_plan(const TrainOptions& o, int world_size) {
   const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
   const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
   std::printf("configuration:\n%s", config_text(o).c_str());
-  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0,
-                                   SamplerOptions{true, o.seed, false});
+  SamplerOptions sampling{true, o.seed, false};
+  sampling.pad = !o.no_pad;
+  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0, sampling);
   const int64_t batches = (sampler.num_samples() + o.batch_size - 1) / o.batch_size;
   const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
   std::printf("plan: %d rank(s); %s\n", world_size, train_set->description().c_str());
   std::printf(
-      "  each rank: %lld training images per epoch (%lld padded in all), %lld steps of %lld, "
+      "  %s: %lld training images per epoch (%lld padded in all), %lld steps of %lld, "
       "%lld images per step over all ranks\n",
+      o.no_pad ? "rank 0 (--no-pad: later ranks may have one image fewer)" : "each rank",
       (long long)sampler.num_samples(),
       (long long)(sampler.total_size() - int64_t(train_set->size())), (long long)steps,
       (long long)o.batch_size, (long long)(o.batch_size * world_size));
@@ -398,8 +408,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         "--no-sync-baseline: gradients are NOT averaged; for measuring DDP's overhead only\n");
   }
 
-  DistributedSampler sampler(int64_t(train_set->size()), world_size, rank,
-                             SamplerOptions{true, o.seed, false});
+  SamplerOptions sampling{true, o.seed, false};
+  sampling.pad = !o.no_pad;
+  DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampling);
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
@@ -413,6 +424,27 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches()) : loader.num_batches();
     StepTimes times;
     int64_t skipped_steps = 0;
+    // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
+    // weights and optimizer state stay identical everywhere.
+    std::optional<Join> join;
+    if (ddp_model && o.no_pad) {
+      join.emplace(*ddp_model, [&] {
+        if (!gradients_finite(*model)) {  // the others see the same average: same verdict
+          if (o.on_nan == "stop") {
+            throw Error(concat("rank ", rank, ": non-finite gradient at epoch ", epoch,
+                               " (averaged from the ranks still training; this one had joined)"));
+          }
+          ++skipped_steps;
+          zero_grad();
+          return;
+        }
+        if (zero) {
+          zero->step();
+        } else {
+          optimizer->step();
+        }
+      });
+    }
     torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
     int64_t images = 0;
     const auto epoch_start = Clock::now();
@@ -483,6 +515,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         std::fflush(stdout);
       }
     }
+    if (join) global_step += join->join();  // the steps shadowed count as the job's steps
     const double train_seconds = since(epoch_start);
     std::vector<double> sums = {loss_sum.item<double>(), double(images)};
     sum_over_ranks(group.get(), sums);
@@ -511,7 +544,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       JsonRecord record;
       record.add("epoch", epoch).add("train_loss", r.train_loss);
       if (o.evaluate) record.add("test_loss", r.test_loss).add("test_acc", r.test_acc);
-      record.add("epoch_seconds", r.seconds)
+      record.add("train_images", int64_t(sums[1]))
+          .add("epoch_seconds", r.seconds)
           .add("images_per_second", r.images_per_second)
           .add("data_wait_seconds", times.data_wait)
           .add("forward_seconds", times.forward)

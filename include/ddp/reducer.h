@@ -77,6 +77,19 @@ class Reducer {
   /// Replaces the communication hook (default AllReduceHook).
   void set_comm_hook(std::unique_ptr<CommHook> hook);
 
+  // Uneven inputs (used by ddp::Join, join.h).
+  /// In join mode every forward that communicates first tells the joined ranks so (one small
+  /// all-reduce: "still training", "this step synchronises gradients").
+  void set_join_mode(bool on) { join_mode_ = on; }
+  bool join_mode() const { return join_mode_; }
+  /// A joined rank's part in one step of the others: the bucket rebuild and buffer broadcast of
+  /// their forward and, when `sync_gradients`, every bucket's reduction with zero gradients
+  /// (through the communication hook, in bucket order). Afterwards .grad holds the gradients
+  /// averaged over all ranks, with zeros from this one.
+  void shadow_step(bool sync_gradients);
+  /// Copies rank `root`'s parameters and buffers to every rank (a collective).
+  void broadcast_module_states(int root);
+
   const ReducerStats& stats() const;
   /// The parameter names of each bucket, in bucket order (bucket 0 is reduced first).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
@@ -88,6 +101,7 @@ class Reducer {
  private:
   std::shared_ptr<Impl> impl_;  // hooks hold a weak_ptr, so a hook outliving us does nothing
   bool sync_ = true;
+  bool join_mode_ = false;
 };
 
 }  // namespace ddp

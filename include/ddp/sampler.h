@@ -1,6 +1,8 @@
 // DistributedSampler with PyTorch's exact semantics: every rank sees a disjoint shard of the
 // data set (padded to equal length by repeating indices, or truncated with drop_last), shuffled
-// by randperm with a generator seeded seed + epoch, so call set_epoch() every epoch.
+// by randperm with a generator seeded seed + epoch, so call set_epoch() every epoch. With
+// pad = false every image is visited exactly once and the shards differ in length by at most
+// one: train with ddp::Join (join.h) so the ranks with fewer batches do not hang the others.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,10 @@ struct SamplerOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
+  /// Repeat indices so every rank gets the same number (PyTorch's behaviour). false: rank r
+  /// gets indices r, r + W, r + 2W, ... of the shuffled order, nothing repeated (ignored with
+  /// drop_last).
+  bool pad = true;
 };
 
 /// The indices one rank visits in one epoch.
@@ -30,9 +36,10 @@ class DistributedSampler {
   /// This rank's indices for the current epoch, in visiting order.
   std::vector<int64_t> indices() const;
 
-  /// Number of indices per rank (the same on every rank).
+  /// Number of indices of this rank (the same on every rank unless pad is false).
   int64_t num_samples() const { return num_samples_; }
-  /// Number of indices over all ranks (num_samples() * world size).
+  /// Number of indices over all ranks (num_samples() * world size when padded or truncated;
+  /// the data set's size without padding).
   int64_t total_size() const { return total_size_; }
 
  private:

@@ -152,6 +152,91 @@ TEST_F(TrainerTest, DryRunPrintsTheConfigurationAndThePlanWithoutTraining) {
   EXPECT_FALSE(test::read_file(out / "m.jsonl").size() > 0);
 }
 
+// --no-pad: 2000 images over 3 ranks are 667, 667 and 666; in batches of 111 that is 7, 7 and
+// 6 steps, so rank 2 joins for the last step. Every image is seen once, nobody hangs, and the
+// ranks end with the same weights.
+TEST_F(TrainerTest, NoPadVisitsEveryImageOnceAndTheShortRankJoins) {
+  test::TempDir out;
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {test::train_bin(),
+                                     "--nproc-per-node",
+                                     "3",
+                                     "--data-dir",
+                                     data_->path(),
+                                     "--epochs",
+                                     "2",
+                                     "--batch-size",
+                                     "111",
+                                     "--metrics",
+                                     out / name};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run(argv, {}, 300s);
+  };
+  const auto unpadded = run("nopad.jsonl", {"--no-pad"});
+  ASSERT_EQ(unpadded.exit_code, 0) << unpadded.output;
+  EXPECT_EQ(test::weight_fingerprints(unpadded.output).size(), 1u) << unpadded.output;
+  EXPECT_EQ(last_value(out / "nopad.jsonl", "train_images"), 2000);
+  const auto padded = run("pad.jsonl", {"--epochs", "1"});
+  ASSERT_EQ(padded.exit_code, 0) << padded.output;
+  EXPECT_EQ(last_value(out / "pad.jsonl", "train_images"), 2001);  // one image repeated
+  // The same with the optimizer state sharded: joined ranks take part in the shard broadcasts.
+  const auto sharded = run("zero.jsonl", {"--no-pad", "--zero", "--optimizer", "adam"});
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_EQ(test::weight_fingerprints(sharded.output).size(), 1u) << sharded.output;
+}
+
+TEST_F(TrainerTest, NoPadWithSyncBatchNormIsRefusedClearly) {
+  const auto r = test::run({test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(),
+                            "--model", "resnet", "--no-pad", "--epochs", "1"},
+                           {}, 120s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--no-pad cannot be used with --model resnet"), std::string::npos)
+      << r.output;
+}
+
+// The features beyond PyTorch's DDP together, end to end: ResNet with SyncBatchNorm, PowerSGD
+// after one warm-up step, Adam with sharded state. The ranks stay identical and the metrics
+// report compressed bytes and sharded optimizer state.
+TEST_F(TrainerTest, ResnetWithPowerSgdAndZeroKeepsRanksIdentical) {
+  test::TempDir out;
+  const auto base = std::vector<std::string>{test::train_bin(),
+                                             "--nproc-per-node",
+                                             "2",
+                                             "--data-dir",
+                                             data_->path(),
+                                             "--model",
+                                             "resnet",
+                                             "--epochs",
+                                             "1",
+                                             "--max-steps",
+                                             "3",
+                                             "--batch-size",
+                                             "16",
+                                             "--optimizer",
+                                             "adam"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  const auto plain = test::run(with({"--metrics", out / "plain.jsonl"}), {}, 300s);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const auto r = test::run(
+      with({"--comm-hook", "powersgd:2:1", "--zero", "--metrics", out / "beyond.jsonl"}), {}, 300s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SyncBatchNorm layer(s) take their statistics over all 2 ranks"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("optimizer state (--zero)"), std::string::npos) << r.output;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
+  const double plain_bytes = last_value(out / "plain.jsonl", "comm_bytes_per_step");
+  const double compressed = last_value(out / "beyond.jsonl", "comm_bytes_per_step");
+  EXPECT_GT(plain_bytes, 0);
+  EXPECT_LT(compressed, plain_bytes / 4) << "PowerSGD rank 2 sends far less than the gradients";
+  EXPECT_LT(last_value(out / "beyond.jsonl", "optimizer_state_mb"),
+            0.75 * last_value(out / "plain.jsonl", "optimizer_state_mb"));
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -159,7 +244,8 @@ TEST_F(TrainerTest, HelpListsEveryFlag) {
        {"--dataset",     "--data-dir",  "--download",    "--model",        "--epochs",
         "--batch-size",  "--lr",        "--momentum",    "--weight-decay", "--seed",
         "--threads",     "--max-steps", "--metrics",     "--log-every",    "--backend",
-        "--init-method", "--normalize", "--random-crop", "--hflip",        "--nproc-per-node"}) {
+        "--init-method", "--normalize", "--random-crop", "--hflip",        "--nproc-per-node",
+        "--no-pad",      "--zero",      "--comm-hook",   "--optimizer"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }

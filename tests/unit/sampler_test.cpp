@@ -1,6 +1,7 @@
 // DistributedSampler against torch.utils.data.distributed.DistributedSampler (python3-torch).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -51,6 +52,32 @@ TEST(DistributedSampler, ShardsAreDisjointAndCoverTheDataSet) {
     total += seen[size_t(i)];
   }
   EXPECT_EQ(total, 104);  // padded by one repeated index
+}
+
+TEST(DistributedSampler, WithoutPaddingEveryIndexOnceAndShardsWithinOne) {
+  for (const int64_t n : {0, 1, 5, 103, 104}) {
+    const int world = 4;
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int r = 0; r < world; ++r) {
+      SamplerOptions options;
+      options.pad = false;
+      DistributedSampler sampler(n, world, r, options);
+      sampler.set_epoch(3);
+      const auto mine = sampler.indices();
+      EXPECT_EQ(int64_t(mine.size()), sampler.num_samples()) << n << " rank " << r;
+      EXPECT_EQ(sampler.num_samples(), n / world + (r < n % world ? 1 : 0)) << n << " rank " << r;
+      EXPECT_EQ(sampler.total_size(), n);
+      for (int64_t i : mine) ++seen[size_t(i)];
+    }
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[size_t(i)], 1) << n << " index " << i;
+  }
+  // The same order as the padded sampler, only without the repeated tail.
+  SamplerOptions unpadded;
+  unpadded.pad = false;
+  const auto padded = DistributedSampler(103, 4, 3).indices();
+  const auto plain = DistributedSampler(103, 4, 3, unpadded).indices();
+  ASSERT_EQ(plain.size() + 1, padded.size());
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), padded.begin()));
 }
 
 TEST(DistributedSampler, EpochChangesTheOrder) {
