@@ -21,6 +21,7 @@ struct TrainOptions {
   bool horizontal_flip = false;
   bool channels_last = false;
   // Model and optimiser.
+  std::string preset = "reference";  // reference or fast: defaults the flags then override
   std::string model = "net";
   int epochs = 10;
   int64_t batch_size = 64;
@@ -28,6 +29,8 @@ struct TrainOptions {
   double lr = 0.001;
   double momentum = 0.9;
   double weight_decay = 0.0;
+  std::string lr_schedule = "constant";  // constant or cosine (per step, to 0 at the end)
+  double warmup_epochs = 0;              // linear warm-up from 0 before the schedule
   uint64_t seed = 0;
   // Run.
   int threads = 0;        // 0: cores / local workers, or OMP_NUM_THREADS
@@ -65,6 +68,9 @@ std::string config_text(const TrainOptions& options);
 /// Parses argv (after the program name); throws InvalidArgument naming the flag on any mistake.
 /// Sets `help` instead of throwing when --help is given.
 TrainOptions parse_train_options(const std::vector<std::string>& args, bool& help);
+
+/// The flags a preset stands for ("reference": none), for a run on `dataset`.
+std::vector<std::string> preset_flags(const std::string& preset, const std::string& dataset);
 
 /// The --help text of the train command.
 std::string train_help();

@@ -60,6 +60,23 @@ OptimizerFactory optimizer_factory(const TrainOptions& o) {
   };
 }
 
+// The learning rate for optimizer step `step` (0-based, counted over the whole run): a linear
+// warm-up over the first --warmup-epochs, then constant or a half cosine down to 0 at the end.
+double scheduled_lr(const TrainOptions& o, int64_t step, int64_t steps_per_epoch) {
+  const double total = double(steps_per_epoch) * o.epochs;
+  const double warmup = o.warmup_epochs * double(steps_per_epoch);
+  const double s = double(step);
+  if (s < warmup) return o.lr * (s + 1) / warmup;
+  if (o.lr_schedule != "cosine" || total <= warmup) return o.lr;
+  const double progress = std::min(1.0, (s - warmup) / (total - warmup));
+  return o.lr * 0.5 * (1 + std::cos(M_PI * progress));
+}
+
+void set_lr(torch::optim::Optimizer* optimizer, double lr) {
+  if (optimizer == nullptr) return;  // an empty ZeRO shard
+  for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+}
+
 struct Evaluation {
   double loss = 0;
   double accuracy = 0;
@@ -354,6 +371,23 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   } else {
     optimizer = make_optimizer(model->parameters());
   }
+  // Every rank counts the same steps per epoch (rank 0's, the most), so the schedule agrees.
+  const int64_t steps_per_epoch = [&] {
+    const DistributedSampler padded(int64_t(session.train_set->size()), world_size, 0);
+    const int64_t batches = (padded.num_samples() + o.batch_size - 1) / o.batch_size;
+    return o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+  }();
+  double lr = o.lr;
+  auto optimizer_step = [&](int64_t step) {
+    lr = scheduled_lr(o, step, steps_per_epoch);
+    if (zero) {
+      set_lr(zero->local(), lr);
+      zero->step();
+    } else {
+      set_lr(optimizer.get(), lr);
+      optimizer->step();
+    }
+  };
   auto zero_grad = [&] {
     if (zero) {
       zero->zero_grad();
@@ -435,14 +469,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                                " (averaged from the ranks still training; this one had joined)"));
           }
           ++skipped_steps;
+          ++global_step;
           zero_grad();
           return;
         }
-        if (zero) {
-          zero->step();
-        } else {
-          optimizer->step();
-        }
+        optimizer_step(global_step++);
       });
     }
     torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
@@ -487,11 +518,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         zero_grad();
         continue;
       }
-      if (zero) {
-        zero->step();
-      } else {
-        optimizer->step();
-      }
+      optimizer_step(global_step);
       auto t4 = Clock::now();
       const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
       times.data_wait += std::chrono::duration<double>(t1 - t0).count();
@@ -509,13 +536,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                           .add("step", global_step)
                           .add("epoch", epoch)
                           .add("loss", value)
-                          .add("lr", o.lr));
+                          .add("lr", lr));
         std::printf("epoch %d step %lld/%lld loss %.4f\n", epoch, (long long)(step + 1),
                     (long long)steps, value);
         std::fflush(stdout);
       }
     }
-    if (join) global_step += join->join();  // the steps shadowed count as the job's steps
+    if (join) join->join();  // shadowed steps count in global_step too
     const double train_seconds = since(epoch_start);
     std::vector<double> sums = {loss_sum.item<double>(), double(images)};
     sum_over_ranks(group.get(), sums);
