@@ -77,6 +77,20 @@ void set_lr(torch::optim::Optimizer* optimizer, double lr) {
   for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
 }
 
+// The training sampler's options: shuffled by --seed, padded unless --no-pad.
+SamplerOptions sampler_options(const TrainOptions& o) {
+  SamplerOptions sampling{true, o.seed, false};
+  sampling.pad = !o.no_pad;
+  return sampling;
+}
+
+// Optimizer steps per epoch: rank 0's (it has the most), the same count on every rank.
+int64_t steps_per_epoch(const TrainOptions& o, int64_t dataset_size, int world_size) {
+  const DistributedSampler rank0(dataset_size, world_size, 0, sampler_options(o));
+  const int64_t batches = (rank0.num_samples() + o.batch_size - 1) / o.batch_size;
+  return o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+}
+
 struct Evaluation {
   double loss = 0;
   double accuracy = 0;
@@ -317,11 +331,8 @@ void print_plan(const TrainOptions& o, int world_size) {
   const auto train_set = data::open_dataset(kind, dir, data::Split::kTrain);
   const auto test_set = data::open_dataset(kind, dir, data::Split::kTest);
   std::printf("configuration:\n%s", config_text(o).c_str());
-  SamplerOptions sampling{true, o.seed, false};
-  sampling.pad = !o.no_pad;
-  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0, sampling);
-  const int64_t batches = (sampler.num_samples() + o.batch_size - 1) / o.batch_size;
-  const int64_t steps = o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0, sampler_options(o));
+  const int64_t steps = steps_per_epoch(o, int64_t(train_set->size()), world_size);
   std::printf("plan: %d rank(s); %s\n", world_size, train_set->description().c_str());
   std::printf(
       "  %s: %lld training images per epoch (%lld padded in all), %lld steps of %lld, "
@@ -371,15 +382,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   } else {
     optimizer = make_optimizer(model->parameters());
   }
-  // Every rank counts the same steps per epoch (rank 0's, the most), so the schedule agrees.
-  const int64_t steps_per_epoch = [&] {
-    const DistributedSampler padded(int64_t(session.train_set->size()), world_size, 0);
-    const int64_t batches = (padded.num_samples() + o.batch_size - 1) / o.batch_size;
-    return o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
-  }();
+  // Every rank counts the same steps per epoch, so the learning-rate schedule agrees.
+  const int64_t epoch_steps = steps_per_epoch(o, int64_t(session.train_set->size()), world_size);
   double lr = o.lr;
   auto optimizer_step = [&](int64_t step) {
-    lr = scheduled_lr(o, step, steps_per_epoch);
+    lr = scheduled_lr(o, step, epoch_steps);
     if (zero) {
       set_lr(zero->local(), lr);
       zero->step();
@@ -442,9 +449,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         "--no-sync-baseline: gradients are NOT averaged; for measuring DDP's overhead only\n");
   }
 
-  SamplerOptions sampling{true, o.seed, false};
-  sampling.pad = !o.no_pad;
-  DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampling);
+  DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampler_options(o));
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
