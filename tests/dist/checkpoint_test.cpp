@@ -147,6 +147,27 @@ TEST_F(CheckpointTest, MultiProcessResumeIsBitIdentical) {
   EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
 }
 
+// A --zero checkpoint holds the consolidated optimizer state: it resumes without --zero to the
+// weights of a run that was never sharded (ZeRO's Adam steps each parameter exactly as Adam).
+TEST_F(CheckpointTest, ZeroCheckpointResumesUnshardedToTheSameWeights) {
+  test::TempDir dir;
+  const std::vector<std::string> adam = {"--nproc-per-node", "2", "--optimizer", "adam"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), adam.begin(), adam.end());
+    return train(extra);
+  };
+  const auto whole = test::run(with({"--epochs", "3"}), {}, 180s);
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto first =
+      test::run(with({"--epochs", "2", "--zero", "--checkpoint-dir", dir / "ck"}), {}, 180s);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto rest = test::run(
+      with({"--epochs", "3", "--checkpoint-dir", dir / "ck", "--resume", "auto"}), {}, 180s);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
+  EXPECT_EQ(weight_fingerprints(rest.output), weight_fingerprints(whole.output));
+}
+
 TEST_F(CheckpointTest, ResumeWithAnotherWorldSizeWorksAndSaysSo) {
   test::TempDir dir;
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);

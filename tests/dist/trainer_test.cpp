@@ -2,6 +2,7 @@
 // started by hand train together and evaluate every test image exactly once.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <regex>
 
@@ -150,6 +151,65 @@ TEST_F(TrainerTest, DryRunPrintsTheConfigurationAndThePlanWithoutTraining) {
   EXPECT_NE(r.output.find("10 epoch(s), 160 optimizer steps"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[rank"), std::string::npos) << "no worker was started";
   EXPECT_FALSE(test::read_file(out / "m.jsonl").size() > 0);
+}
+
+// --preset fast expands to its flags; a flag given as well wins; an unknown preset is refused.
+TEST_F(TrainerTest, PresetSetsItsRecipeAndExplicitFlagsOverrideIt) {
+  auto dry_run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {test::train_bin(), "--dry-run", "--data-dir", data_->path()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run(argv);
+  };
+  const auto fast = dry_run({"--preset", "fast"});
+  ASSERT_EQ(fast.exit_code, 0) << fast.output;
+  for (const char* line : {"preset = fast\n", "lr = 0.05\n", "lr_schedule = cosine\n",
+                           "warmup_epochs = 0.2\n", "weight_decay = 0.0005\n", "normalize = 1\n",
+                           "horizontal_flip = 1\n", "channels_last = 1\n"}) {
+    EXPECT_NE(fast.output.find(line), std::string::npos) << line << fast.output;
+  }
+  const auto overridden =
+      dry_run({"--lr", "0.02", "--preset", "fast", "--lr-schedule", "constant"});
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
+  EXPECT_NE(overridden.output.find("lr = 0.02\n"), std::string::npos) << overridden.output;
+  EXPECT_NE(overridden.output.find("lr_schedule = constant\n"), std::string::npos)
+      << overridden.output;
+  EXPECT_NE(overridden.output.find("normalize = 1\n"), std::string::npos) << overridden.output;
+  const auto reference = dry_run({});
+  EXPECT_NE(reference.output.find("lr = 0.001\n"), std::string::npos) << reference.output;
+  EXPECT_NE(reference.output.find("normalize = 0\n"), std::string::npos) << reference.output;
+  const auto unknown = dry_run({"--preset", "fastest"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--preset: unknown preset 'fastest'; use reference or fast"),
+            std::string::npos)
+      << unknown.output;
+}
+
+// The learning rate of every step (the metrics' "lr"): linear warm-up over half an epoch of 16
+// steps, then a half cosine that reaches almost 0 at the last of 64 steps.
+TEST_F(TrainerTest, WarmupThenCosineScheduleIsTheRateOfEachStep) {
+  test::TempDir out;
+  const auto r =
+      test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "2", "--no-eval",
+                 "--lr", "0.1", "--lr-schedule", "cosine", "--warmup-epochs", "0.5", "--log-every",
+                 "1", "--metrics", out / "m.jsonl"},
+                {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out / "m.jsonl");
+  std::vector<double> lr;  // by step, from step 1
+  const std::regex re("\"step\": (\\d+).*\"lr\": ([-0-9.e+]+)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) {
+      ASSERT_EQ(std::stoul(m[1]), lr.size() + 1) << line;
+      lr.push_back(std::stod(m[2]));
+    }
+  }
+  ASSERT_EQ(lr.size(), 64u);  // 2000 images / 64 per step = 32 steps per epoch
+  for (int s = 0; s < 16; ++s) EXPECT_NEAR(lr[size_t(s)], 0.1 * (s + 1) / 16, 1e-9) << s;
+  for (size_t s = 16; s < lr.size(); ++s) {
+    EXPECT_NEAR(lr[s], 0.05 * (1 + std::cos(M_PI * double(s - 16) / 48)), 1e-9) << s;
+  }
+  EXPECT_LT(lr.back(), 0.001);
 }
 
 // --no-pad: 2000 images over 3 ranks are 667, 667 and 666; in batches of 111 that is 7, 7 and
