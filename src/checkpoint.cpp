@@ -138,12 +138,19 @@ std::vector<char> pickle_for_python(const c10::IValue& value) {
   return archive;
 }
 
+// Files hold CPU tensors whatever device trained them, so they load anywhere (a GPU run's
+// checkpoint on a CPU machine, in Python without map_location).
+torch::Tensor for_file(const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); }
+
+// A tensor from a file as state of `param`: on its device, never sharing the file's storage.
+torch::Tensor for_param(const torch::Tensor& t, const torch::Tensor& param) {
+  return t.to(param.device(), /*non_blocking=*/false, /*copy=*/true);
+}
+
 c10::Dict<std::string, torch::Tensor> state_dict_of(const torch::nn::Module& module) {
   c10::Dict<std::string, torch::Tensor> dict;
-  for (const auto& p : module.named_parameters(true))
-    dict.insert(p.key(), p.value().detach().contiguous());
-  for (const auto& b : module.named_buffers(true))
-    dict.insert(b.key(), b.value().detach().contiguous());
+  for (const auto& p : module.named_parameters(true)) dict.insert(p.key(), for_file(p.value()));
+  for (const auto& b : module.named_buffers(true)) dict.insert(b.key(), for_file(b.value()));
   return dict;
 }
 
@@ -171,14 +178,15 @@ void save_optimizer_state(GenericDict& dict, const torch::nn::Module& module,
     if (it == states.end()) continue;
     if (adam) {
       const auto& a = static_cast<const torch::optim::AdamParamState&>(*it->second);
-      exp_avg.insert(p.key(), a.exp_avg().contiguous());
-      exp_avg_sq.insert(p.key(), a.exp_avg_sq().contiguous());
-      if (a.max_exp_avg_sq().defined()) max_exp_avg_sq.insert(p.key(), a.max_exp_avg_sq());
+      exp_avg.insert(p.key(), for_file(a.exp_avg()));
+      exp_avg_sq.insert(p.key(), for_file(a.exp_avg_sq()));
+      if (a.max_exp_avg_sq().defined())
+        max_exp_avg_sq.insert(p.key(), for_file(a.max_exp_avg_sq()));
       step.insert(p.key(), torch::tensor(int64_t(a.step()), torch::kLong));
     } else {
       const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
       if (sgd.momentum_buffer().defined())
-        momentum.insert(p.key(), sgd.momentum_buffer().contiguous());
+        momentum.insert(p.key(), for_file(sgd.momentum_buffer()));
     }
   }
   dict.insert("optimizer.kind", std::string(adam ? "adam" : "sgd"));
@@ -211,7 +219,7 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
       auto m = momentum.find(p.key());
       if (m == momentum.end()) continue;
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
-      fresh->momentum_buffer(m->second.clone());
+      fresh->momentum_buffer(for_param(m->second, p.value()));
       states[compat::optimizer_state_key(p.value())] = std::move(fresh);
     }
     return;
@@ -225,10 +233,10 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
     auto a = exp_avg.find(p.key()), b = exp_avg_sq.find(p.key()), n = step.find(p.key());
     if (a == exp_avg.end() || b == exp_avg_sq.end() || n == step.end()) continue;
     auto fresh = std::make_unique<torch::optim::AdamParamState>();
-    fresh->exp_avg(a->second.clone());
-    fresh->exp_avg_sq(b->second.clone());
+    fresh->exp_avg(for_param(a->second, p.value()));
+    fresh->exp_avg_sq(for_param(b->second, p.value()));
     auto m = max_sq.find(p.key());
-    if (m != max_sq.end()) fresh->max_exp_avg_sq(m->second.clone());
+    if (m != max_sq.end()) fresh->max_exp_avg_sq(for_param(m->second, p.value()));
     fresh->step(n->second.item<int64_t>());
     states[compat::optimizer_state_key(p.value())] = std::move(fresh);
   }

@@ -92,11 +92,27 @@ void Work::wait() {
 }
 
 Work&& Work::then(std::function<void()> finish) && {
+  if (finish_) {  // after the step already there
+    finish = [first = std::move(finish_), then = std::move(finish)] {
+      first();
+      then();
+    };
+  }
   finish_ = std::move(finish);
   return std::move(*this);
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+bool ProcessGroup::has_backend(const std::string& backend) {
+#if defined(USE_C10D_NCCL)
+  if (backend == "nccl") return true;
+#endif
+#if defined(USE_C10D_MPI)
+  if (backend == "mpi") return true;
+#endif
+  return backend == "gloo";
+}
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& options,
                                                  const WorldInfo& world) {
@@ -176,9 +192,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->size_ = world_size;
   group->backend_ = options.backend;
   group->timeout_ = options.timeout;
+  group->device_ = options.device;
   group->backend_impl_ = std::make_unique<Backend>();
   if (options.backend == "nccl") {
 #if defined(USE_C10D_NCCL)
+    if (!options.device.is_cuda()) {
+      throw InvalidArgument(
+          concat("--backend nccl moves GPU tensors only, but this rank's device is ",
+                 options.device.str(), "; use --device cuda or --backend gloo"));
+    }
+    compat::set_current_cuda_device(options.device);  // NCCL's communicator and barrier use it
     group->check_rendezvous(options.rendezvous_timeout);
     group->backend_impl_->group = compat::make_nccl(
         c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank, world_size, options.timeout);
@@ -256,7 +279,23 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   }
 }
 
+// NCCL moves device tensors only; the CPU tensors ddp.cpp exchanges (flags, counts, fingerprints)
+// go through a device copy. Gloo and MPI take CPU tensors as they are.
+bool ProcessGroup::needs_device_copy(const torch::Tensor& tensor) const {
+  return device_.is_cuda() && tensor.device() != device_;
+}
+
+Work ProcessGroup::through_device(torch::Tensor& tensor,
+                                  const std::function<Work(torch::Tensor&)>& collective) {
+  torch::Tensor on_device = tensor.to(device_);
+  Work work = collective(on_device);
+  return std::move(work).then([tensor, on_device]() mutable { tensor.copy_(on_device); });
+}
+
 Work ProcessGroup::allreduce(torch::Tensor& tensor) {
+  if (needs_device_copy(tensor)) {
+    return through_device(tensor, [this](torch::Tensor& t) { return allreduce(t); });
+  }
   if (tensor.scalar_type() == torch::kBFloat16 && backend_ == "gloo" &&
       !compat::kGlooReducesBFloat16) {
     // Gather every rank's bfloat16 bits (seen as half: Gloo 1.13 moves neither bfloat16 nor
@@ -279,6 +318,9 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
 }
 
 Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
+  if (needs_device_copy(tensor)) {
+    return through_device(tensor, [this](torch::Tensor& t) { return allreduce_max(t); });
+  }
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
@@ -286,6 +328,9 @@ Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
 }
 
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  if (needs_device_copy(tensor)) {
+    return through_device(tensor, [this, root](torch::Tensor& t) { return broadcast(t, root); });
+  }
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -293,6 +338,11 @@ Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
+  if (needs_device_copy(tensor)) {
+    std::vector<torch::Tensor> gathered = allgather(tensor.to(device_));
+    for (auto& t : gathered) t = t.to(tensor.device());
+    return gathered;
+  }
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};

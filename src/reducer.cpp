@@ -126,6 +126,10 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
   ReducerStats stats;
 
   void sync_module_states(int root);
+  // Whether each forward broadcasts rank 0's buffers (there are some, and other ranks to send to).
+  bool broadcasts_buffers() const {
+    return options.broadcast_buffers() && group->size() > 1 && !buffers.empty();
+  }
   void broadcast_buffers();
   void arm();
   void build_buckets(const std::vector<size_t>& order);
@@ -310,7 +314,7 @@ Reducer::~Reducer() = default;
 // --- one iteration ------------------------------------------------------------------------------
 
 void Reducer::Impl::broadcast_buffers() {
-  if (!options.broadcast_buffers() || group->size() == 1 || buffers.empty()) return;
+  if (!broadcasts_buffers()) return;
   torch::NoGradGuard no_grad;
   std::vector<Work> works;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // non-contiguous buffers
@@ -352,9 +356,7 @@ void Reducer::before_forward() {
     throw DistributedError(message);
   }
   const bool sync_gradients = sync_ && torch::GradMode::is_enabled();
-  const bool broadcasts =
-      s.options.broadcast_buffers() && s.group->size() > 1 && !s.buffers.empty();
-  if (join_mode_ && (sync_gradients || broadcasts || s.rebuild_pending)) {
+  if (join_mode_ && (sync_gradients || s.broadcasts_buffers() || s.rebuild_pending)) {
     // Tell the joined ranks what to shadow (Join::join sums the same two numbers).
     torch::Tensor notice = torch::tensor({int64_t(1), int64_t(sync_gradients)}, torch::kInt64);
     s.group->allreduce(notice).wait();

@@ -4,6 +4,7 @@
 
 #include <torch/csrc/api/include/torch/version.h>
 #if defined(USE_C10D_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 #if defined(USE_C10D_MPI)
@@ -54,6 +55,13 @@ inline c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+}
+#endif
+
+#if defined(USE_C10D_NCCL)
+// Makes `device` (cuda:N) the current GPU of this process.
+inline void set_current_cuda_device(const c10::Device& device) {
+  c10::cuda::set_device(device.index());
 }
 #endif
 

@@ -153,7 +153,19 @@ const std::vector<Flag>& flags() {
        }},
       {"--no-eval", "", "skip the test-set evaluation after each epoch",
        [](O& o, const std::string&) { o.evaluate = false; }},
-      {"--backend", "NAME", "gloo (default; CPU); nccl or mpi where LibTorch has them",
+      {"--device", "NAME",
+       "auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; cuda "
+       "(each worker on GPU LOCAL_RANK of its node)",
+       [](O& o, const std::string& v) {
+         if (v != "auto" && v != "cpu" && v != "cuda") {
+           throw InvalidArgument(
+               concat("--device: unknown device '", v, "'; use auto, cpu or cuda"));
+         }
+         o.device = v;
+       }},
+      {"--backend", "NAME",
+       "gloo (the default on the CPU) or nccl (the default on a GPU; CUDA builds of LibTorch); mpi "
+       "where LibTorch has it",
        [](O& o, const std::string& v) {
          if (v != "gloo" && v != "nccl" && v != "mpi") {
            throw InvalidArgument(
@@ -317,7 +329,8 @@ std::string config_text(const TrainOptions& o) {
       << "\nweight_decay = " << o.weight_decay << "\nseed = " << o.seed
       << "\nnormalize = " << o.normalize << "\nrandom_crop = " << o.random_crop
       << "\nhorizontal_flip = " << o.horizontal_flip << "\nchannels_last = " << o.channels_last
-      << "\nmax_steps = " << o.max_steps << "\nbackend = " << o.backend
+      << "\nmax_steps = " << o.max_steps << "\ndevice = " << o.device
+      << "\nbackend = " << (o.backend.empty() ? "auto" : o.backend)
       << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\ncomm_hook = " << o.comm_hook
       << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad
       << "\n";

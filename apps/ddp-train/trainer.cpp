@@ -100,7 +100,8 @@ struct Evaluation {
 // Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
 // result covers every test image exactly once.
 Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const data::Dataset& test,
-                    const data::LoaderOptions& base, ProcessGroup* group, int rank, int world) {
+                    const data::LoaderOptions& base, torch::Device device, ProcessGroup* group,
+                    int rank, int world) {
   const int64_t n = int64_t(test.size());
   const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
   std::vector<int64_t> indices;
@@ -115,6 +116,7 @@ Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const 
   model->eval();
   std::vector<double> sums = {0, 0, 0};  // loss sum, correct, count
   while (auto batch = loader.next()) {
+    batch->to(device);
     const torch::Tensor logits = model->forward(batch->images);
     sums[0] += torch::nn::functional::cross_entropy(
                    logits, batch->labels,
@@ -146,7 +148,7 @@ data::TransformOptions make_transforms(const TrainOptions& o, data::DatasetKind 
 uint64_t weights_fingerprint(torch::nn::Module& model) {
   uint64_t h = 1469598103934665603ULL;
   for (const auto& p : model.parameters()) {
-    const torch::Tensor c = p.detach().contiguous();
+    const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const uint8_t*>(c.data_ptr());
     for (size_t i = 0; i < size_t(c.nbytes()); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   }
@@ -195,11 +197,45 @@ double peak_rss_mb() {
 
 // True when every gradient is finite: one reduction (NaN and infinity propagate through a sum).
 bool gradients_finite(torch::nn::Module& model) {
-  torch::Tensor total = torch::zeros({}, torch::kFloat64);
+  torch::Tensor total;  // on the gradients' device
   for (const auto& p : model.parameters()) {
-    if (p.grad().defined()) total += p.grad().sum(torch::kFloat64);
+    if (!p.grad().defined()) continue;
+    const torch::Tensor sum = p.grad().sum(torch::kFloat64);
+    total = total.defined() ? total + sum : sum;
   }
-  return std::isfinite(total.item<double>());
+  return !total.defined() || std::isfinite(total.item<double>());
+}
+
+// The device this rank trains on. auto: this node's GPU LOCAL_RANK when LibTorch has CUDA and
+// a GPU is visible, else the CPU.
+torch::Device training_device(const TrainOptions& o, const WorldInfo& world) {
+  if (o.device == "cpu" || (o.device == "auto" && !torch::cuda::is_available())) {
+    return torch::kCPU;
+  }
+  if (!torch::cuda::is_available()) {
+    throw InvalidArgument(
+        "--device cuda: no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no "
+        "GPU is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu");
+  }
+  const int gpus = int(torch::cuda::device_count());
+  if (world.local_rank >= gpus) {
+    throw InvalidArgument(concat("--device cuda: local rank ", world.local_rank,
+                                 " needs GPU cuda:", world.local_rank, ", but this node has ", gpus,
+                                 " visible; start at most ", gpus, " workers per node"));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
+}
+
+// --backend, or the default for the device: NCCL for GPUs (where LibTorch has it), else Gloo.
+std::string backend_for(const TrainOptions& o, torch::Device device) {
+  if (!o.backend.empty()) return o.backend;
+  return device.is_cuda() && ProcessGroup::has_backend("nccl") ? "nccl" : "gloo";
+}
+
+// Now, once the work queued on a GPU is done: the step's phase times mean the same as on a CPU.
+Clock::time_point now_after(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  return Clock::now();
 }
 
 // Phase times of the training steps of one epoch, on this rank.
@@ -232,6 +268,8 @@ std::string data_dir_of(const TrainOptions& o, data::DatasetKind kind) {
 
 // What training and evaluation both need: threads, the process group, the data, the model.
 struct Session {
+  torch::Device device = torch::kCPU;
+  std::string backend;
   std::shared_ptr<ProcessGroup> group;
   data::DatasetKind kind = data::DatasetKind::kCifar10;
   std::unique_ptr<data::Dataset> train_set, test_set;
@@ -245,9 +283,13 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);
   Session s;
+  s.device = training_device(o, world);
+  s.backend = backend_for(o, s.device);
   if (world.world_size > 1) {
     ProcessGroupOptions pg;
-    pg.backend = o.backend;
+    pg.backend = s.backend;
+    // NCCL exchanges tensors on this rank's GPU; Gloo takes CPU (and, in CUDA builds, GPU) ones.
+    if (s.backend == "nccl") pg.device = s.device;
     pg.init_method = o.init_method;
     pg.timeout = to_ms(o.timeout);
     pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
@@ -255,9 +297,10 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   }
   if (is_root) {
     std::printf(
-        "ddp-train: world size %d (%s), backend %s, %d intra-op thread(s) per worker (%s)\n",
-        world.world_size, world.source.c_str(), world.world_size > 1 ? o.backend.c_str() : "none",
-        threads, thread_reason.c_str());
+        "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
+        "(%s)\n",
+        world.world_size, world.source.c_str(), s.device.is_cuda() ? "cuda:LOCAL_RANK" : "cpu",
+        world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);
@@ -311,6 +354,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
       if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
     }
   }
+  s.model->to(s.device);  // before DDP, which broadcasts rank 0's weights on the device
   s.loader_options.batch_size = o.batch_size;
   s.loader_options.channels_last = o.channels_last;
   s.loader_options.transforms = make_transforms(o, s.kind);
@@ -355,8 +399,8 @@ void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
   if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
   Session s = open_session(o, world);
   load_state_dict(*s.model, read_state_dict(o.checkpoint), o.checkpoint);
-  const Evaluation e =
-      evaluate(s.model, *s.test_set, s.loader_options, s.group.get(), world.rank, world.world_size);
+  const Evaluation e = evaluate(s.model, *s.test_set, s.loader_options, s.device, s.group.get(),
+                                world.rank, world.world_size);
   if (world.rank == 0) {
     std::printf("evaluate %s: test_loss %.6f  test_acc %.2f%% (%lld images)\n",
                 o.checkpoint.c_str(), e.loss, 100 * e.accuracy, (long long)e.total);
@@ -373,6 +417,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const auto& test_set = session.test_set;
   const std::shared_ptr<models::ClassifierImpl>& model = session.model;
   const data::LoaderOptions& loader_options = session.loader_options;
+  const torch::Device device = session.device;
   // The optimizer: unsharded, or with --zero each rank keeps the state of its shard only.
   const OptimizerFactory make_optimizer = optimizer_factory(o);
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -463,32 +508,40 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         o.max_steps > 0 ? std::min(o.max_steps, loader.num_batches()) : loader.num_batches();
     StepTimes times;
     int64_t skipped_steps = 0;
+    // One global step's update, once the gradients are averaged: every rank sees the same
+    // average, so every rank reaches the same verdict on it. A non-finite gradient stops the job
+    // (with `stop_message()`) or, with --on-nan skip, consumes the step without an update.
+    auto update = [&](const std::function<std::string()>& stop_message) {
+      if (!gradients_finite(*model)) {
+        if (o.on_nan == "stop") throw Error(stop_message());
+        ++skipped_steps;
+        ++global_step;
+        zero_grad();
+        return false;
+      }
+      optimizer_step(global_step++);
+      return true;
+    };
     // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
     // weights and optimizer state stay identical everywhere.
     std::optional<Join> join;
     if (ddp_model && o.no_pad) {
       join.emplace(*ddp_model, [&] {
-        if (!gradients_finite(*model)) {  // the others see the same average: same verdict
-          if (o.on_nan == "stop") {
-            throw Error(concat("rank ", rank, ": non-finite gradient at epoch ", epoch,
-                               " (averaged from the ranks still training; this one had joined)"));
-          }
-          ++skipped_steps;
-          ++global_step;
-          zero_grad();
-          return;
-        }
-        optimizer_step(global_step++);
+        update([&] {
+          return concat("rank ", rank, ": non-finite gradient at epoch ", epoch,
+                        " (averaged from the ranks still training; this one had joined)");
+        });
       });
     }
-    torch::Tensor loss_sum = torch::zeros({}, torch::kFloat64);
+    torch::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
     int64_t images = 0;
     const auto epoch_start = Clock::now();
     for (int64_t step = 0; step < steps; ++step) {
       auto t0 = Clock::now();
       std::optional<data::Batch> batch = loader.next();
       if (!batch) break;
-      auto t1 = Clock::now();
+      batch->to(device);
+      auto t1 = now_after(device);
       const torch::Tensor logits =
           ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
       torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
@@ -504,27 +557,19 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns
         }
       }
-      auto t2 = Clock::now();
+      auto t2 = now_after(device);
       zero_grad();
       loss.backward();
-      auto t3 = Clock::now();
-      // Gradients are averaged over ranks by now, so every rank reaches the same verdict.
-      if (!gradients_finite(*model)) {
+      auto t3 = now_after(device);
+      const bool updated = update([&] {
         const double value = loss.item<double>();
-        if (o.on_nan == "stop") {
-          throw Error(concat(
-              "rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss", " (loss ",
-              value, ") at epoch ", epoch, " step ", step + 1,
-              "; stopped before the optimizer step, so the weights are the last finite ones. "
-              "Lower --lr, or pass --on-nan skip"));
-        }
-        ++skipped_steps;
-        ++global_step;  // the batch is consumed, only the update is skipped
-        zero_grad();
-        continue;
-      }
-      optimizer_step(global_step);
-      auto t4 = Clock::now();
+        return concat("rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss",
+                      " (loss ", value, ") at epoch ", epoch, " step ", step + 1,
+                      "; stopped before the optimizer step, so the weights are the last finite "
+                      "ones. Lower --lr, or pass --on-nan skip");
+      });
+      if (!updated) continue;  // the batch is consumed, only the update is skipped
+      auto t4 = now_after(device);
       const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
       times.data_wait += std::chrono::duration<double>(t1 - t0).count();
       times.forward += std::chrono::duration<double>(t2 - t1).count();
@@ -534,7 +579,6 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       const int64_t count = batch->labels.size(0);
       loss_sum += loss.detach().to(torch::kFloat64) * double(count);
       images += count;
-      ++global_step;
       if (is_root && global_step % o.log_every == 0) {
         const double value = loss.item<double>();
         metrics.write(JsonRecord()
@@ -558,7 +602,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     r.images_per_second = train_seconds > 0 ? sums[1] / train_seconds : 0;
     Evaluation eval;
     if (o.evaluate) {
-      eval = evaluate(model, *test_set, loader_options, group.get(), rank, world_size);
+      eval = evaluate(model, *test_set, loader_options, device, group.get(), rank, world_size);
       r.test_loss = eval.loss;
       r.test_acc = eval.accuracy;
     }

@@ -38,6 +38,10 @@ struct ProcessGroupOptions {
   /// Local address for the collectives' sockets; empty: loopback when the master is loopback,
   /// else GLOO_SOCKET_IFNAME's interface, else the address that routes to the master.
   std::string bind_address;
+  /// The device whose tensors the backend moves: the CPU for gloo and mpi; for nccl this rank's
+  /// GPU (cuda:LOCAL_RANK, made the current device). Tensors on another device (the CPU-side
+  /// flags and counts ddp.cpp exchanges) travel through a copy on this one.
+  torch::Device device = torch::kCPU;
 };
 
 /// Handle on one asynchronous collective.
@@ -75,10 +79,15 @@ class ProcessGroup {
 
   ~ProcessGroup();
 
+  /// Whether this build of LibTorch has `backend` ("gloo" always; "nccl" with CUDA; "mpi").
+  static bool has_backend(const std::string& backend);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& backend() const { return backend_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// Where the backend's tensors live (ProcessGroupOptions::device).
+  torch::Device device() const { return device_; }
 
   /// Starts an in-place sum over all ranks of a dense tensor (float, double, half, bfloat16,
   /// integers).
@@ -101,6 +110,9 @@ class ProcessGroup {
  private:
   ProcessGroup() = default;
   void check_rendezvous(std::chrono::milliseconds timeout);
+  bool needs_device_copy(const torch::Tensor& tensor) const;
+  /// Runs `collective` on a copy of `tensor` on device() and copies the result back when done.
+  Work through_device(torch::Tensor& tensor, const std::function<Work(torch::Tensor&)>& collective);
 
   c10::intrusive_ptr<c10d::Store> store_;
   struct Backend;
@@ -109,6 +121,7 @@ class ProcessGroup {
   int rank_ = 0;
   int size_ = 1;
   std::chrono::milliseconds timeout_{0};
+  torch::Device device_ = torch::kCPU;
   int prefix_counter_ = 0;
 };
 

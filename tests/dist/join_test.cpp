@@ -10,6 +10,7 @@
 #include "ddp/ddp.h"
 #include "ddp/join.h"
 #include "models/net.h"
+#include "support/net_copy.h"
 #include "support/process.h"
 
 namespace ddp {
@@ -24,15 +25,6 @@ std::pair<torch::Tensor, torch::Tensor> batch(int rank, int step) {
           torch::randint(10, {kRows}, generator, torch::kLong)};
 }
 
-models::Net copy_of(const models::Net& source) {
-  models::Net net(1, 16, 10);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < net->parameters().size(); ++i) {
-    net->parameters()[i].copy_(source->parameters()[i]);
-  }
-  return net;
-}
-
 torch::optim::SGD sgd(const models::Net& net) {
   return torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 }
@@ -40,7 +32,7 @@ torch::optim::SGD sgd(const models::Net& net) {
 // One process: at step s, the sum of the active ranks' mean losses over the world size.
 std::vector<torch::Tensor> single_process(const models::Net& initial,
                                           const std::vector<int>& batches) {
-  models::Net net = copy_of(initial);
+  models::Net net = test::copy_of(initial);
   auto optimizer = sgd(net);
   const int world = int(batches.size());
   const int steps = *std::max_element(batches.begin(), batches.end());
@@ -70,7 +62,7 @@ std::vector<std::vector<torch::Tensor>> train_uneven(const models::Net& initial,
   std::vector<std::vector<torch::Tensor>> out(static_cast<size_t>(world));
   shadowed.assign(static_cast<size_t>(world), -1);
   const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
-    models::Net net = copy_of(initial);
+    models::Net net = test::copy_of(initial);
     DistributedDataParallel model(net, group);
     auto optimizer = sgd(net);
     std::function<void()> on_shadow;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <regex>
 
+#include <torch/cuda.h>
+
 #include "ddp/data/synthetic.h"
 #include "support/process.h"
 
@@ -75,6 +77,25 @@ TEST_F(TrainerTest, RejectsBadFlagsClearly) {
   EXPECT_EQ(dataset.exit_code, 2);
   EXPECT_NE(dataset.output.find("unknown data set 'imagenet'"), std::string::npos)
       << dataset.output;
+}
+
+// --device: auto picks the CPU where no GPU is usable; cuda there is a clear error, not a crash.
+TEST_F(TrainerTest, DeviceIsTheCpuWithoutAGpuAndCudaIsRefusedClearly) {
+  const auto unknown = test::run({test::train_bin(), "--device", "gpu"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("--device: unknown device 'gpu'; use auto, cpu or cuda"),
+            std::string::npos)
+      << unknown.output;
+  if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is usable here (scripts/gpu-check.sh)";
+  const auto cuda = test::run({test::train_bin(), "--device", "cuda", "--data-dir", data_->path(),
+                               "--epochs", "1", "--max-steps", "1"});
+  EXPECT_EQ(cuda.exit_code, 2) << cuda.output;
+  EXPECT_NE(cuda.output.find("--device cuda: no GPU is usable"), std::string::npos) << cuda.output;
+  const auto automatic = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                                    "--max-steps", "1", "--no-eval"});
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("device cpu, backend none"), std::string::npos)
+      << automatic.output;
 }
 
 TEST_F(TrainerTest, MissingDataNamesThePath) {
@@ -301,11 +322,12 @@ TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag :
-       {"--dataset",     "--data-dir",  "--download",    "--model",        "--epochs",
-        "--batch-size",  "--lr",        "--momentum",    "--weight-decay", "--seed",
-        "--threads",     "--max-steps", "--metrics",     "--log-every",    "--backend",
-        "--init-method", "--normalize", "--random-crop", "--hflip",        "--nproc-per-node",
-        "--no-pad",      "--zero",      "--comm-hook",   "--optimizer"}) {
+       {"--dataset",     "--data-dir",    "--download",     "--model",        "--epochs",
+        "--batch-size",  "--lr",          "--momentum",     "--weight-decay", "--seed",
+        "--threads",     "--max-steps",   "--metrics",      "--log-every",    "--backend",
+        "--init-method", "--normalize",   "--random-crop",  "--hflip",        "--nproc-per-node",
+        "--no-pad",      "--zero",        "--comm-hook",    "--optimizer",    "--device",
+        "--preset",      "--lr-schedule", "--warmup-epochs"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }

@@ -10,6 +10,7 @@
 #include "ddp/error.h"
 #include "ddp/zero.h"
 #include "models/net.h"
+#include "support/net_copy.h"
 #include "support/process.h"
 
 namespace ddp {
@@ -39,15 +40,6 @@ OptimizerFactory factory(const std::string& kind) {
   };
 }
 
-models::Net net_like(const models::Net& source) {
-  models::Net net(1, 16, 10);
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < net->parameters().size(); ++i) {
-    net->parameters()[i].copy_(source->parameters()[i]);
-  }
-  return net;
-}
-
 // One training step of `ddp` on rank `rank`'s slice.
 template <typename Step>
 void train_step(DistributedDataParallel<models::NetImpl>& ddp, const Data& d, int s, int rank,
@@ -70,7 +62,7 @@ void expect_same_as_unsharded(const std::string& kind, int world) {
   std::vector<int64_t> local_bytes(static_cast<size_t>(world));
   int64_t full_bytes = 0;
   const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
-    models::Net sharded = net_like(initial), plain = net_like(initial);
+    models::Net sharded = test::copy_of(initial), plain = test::copy_of(initial);
     DistributedDataParallel ddp_sharded(sharded, group), ddp_plain(plain, group);
     ZeroRedundancyOptimizer zero(sharded->parameters(), group, factory(kind));
     auto reference = factory(kind)(plain->parameters());

@@ -24,6 +24,12 @@ struct Batch {
   torch::Tensor images;
   torch::Tensor labels;
   int64_t index = 0;  // position in the epoch
+
+  /// Moves images and labels to `device` (nothing happens on the device they are on).
+  void to(torch::Device device) {
+    images = images.to(device);
+    labels = labels.to(device);
+  }
 };
 
 /// How batches are cut and made.
