@@ -5,10 +5,12 @@
 # usage: bench/features.sh [EPOCHS (2)] [MAX_STEPS (0: whole epochs)]
 #   bench/features.sh 2        accuracy after 2 epochs for each (about 40 minutes here)
 #   bench/features.sh 1 100    a quick look at bytes, speed and memory (accuracy meaningless)
+#   DDP_TRAIN=path             the ddp-train to measure (default build/ddp-train)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 epochs=${1:-2}
 max_steps=${2:-0}
+train=${DDP_TRAIN:-build/ddp-train}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -37,7 +39,7 @@ for entry in "${configs[@]}"; do
   steps=()
   ((max_steps > 0)) && steps=(--max-steps "$max_steps")
   # shellcheck disable=SC2086 # flags are words
-  build/ddp-train --nproc-per-node 2 --dataset fashion-mnist --epochs "$epochs" "${steps[@]}" \
+  "$train" --nproc-per-node 2 --dataset fashion-mnist --epochs "$epochs" "${steps[@]}" \
     --log-every 1000000 --metrics "$out/$i.jsonl" $flags >"$out/$i.log" 2>&1 ||
     { echo "| $name | failed: $(tail -1 "$out/$i.log") | | | |"; continue; }
   printf '| %s | %s | %s | %s | %s%% |\n' "$name" "$(last "$out/$i.jsonl" comm_bytes_per_step)" \

@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libgloo-dev            # LibTorch 1.13 with c10d (Gloo, TCPStore)
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
+  libtomlplusplus-dev                 # ddp-train --config run.toml
   python3 python3-torch python3-torchvision                  # the reference implementation
   dataset-fashion-mnist               # the real Fashion-MNIST
   iproute2 tar                        # multi-node tests (network namespaces), archives

@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -84,6 +84,7 @@ class Group {
   void spawn(Worker& w);
   void pump(Worker& w, Stream& s, bool final_flush);
   void emit(Worker& w, const std::string& line, bool is_stderr);
+  void emit_live(Worker& w, const std::string& line);
   bool reap_one(Worker& w, bool block);
 
   const LaunchOptions& o_;
@@ -91,6 +92,7 @@ class Group {
   int restart_;
   std::string store_file_;  // one node: the rendezvous FileStore; empty across nodes
   std::vector<Worker> workers_;
+  bool live_shown_ = false;  // a worker's progress line is on the console, unfinished
 };
 
 void Group::start() {
@@ -142,6 +144,10 @@ void Group::spawn(Worker& w) {
   env.push_back(concat("MASTER_PORT=", port_));
   env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
   if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
+  // Workers write to pipes; this tells them the lines end up on a terminal (progress bars).
+  if (::isatty(STDOUT_FILENO) == 1 && std::getenv("DDP_STDOUT_TTY") == nullptr) {
+    env.push_back("DDP_STDOUT_TTY=1");
+  }
   std::vector<char*> argv, envp;
   for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -182,8 +188,19 @@ void Group::emit(Worker& w, const std::string& line, bool is_stderr) {
   }
   if (o_.console_rank0_only && w.rank != 0) return;
   std::FILE* console = is_stderr ? stderr : stdout;
-  std::fprintf(console, "[rank %d] %s\n", w.rank, line.c_str());
+  // A progress line on show is cleared first (it ends with \r: the cursor is at its start).
+  std::fprintf(console, "%s[rank %d] %s\n", live_shown_ ? "\033[K" : "", w.rank, line.c_str());
+  live_shown_ = false;
   std::fflush(console);
+}
+
+// A line that ends in \r, not \n: a progress bar redrawn in place. On the console only (logs
+// keep finished lines), drawn over the previous one.
+void Group::emit_live(Worker& w, const std::string& line) {
+  if (o_.console_rank0_only && w.rank != 0) return;
+  std::fprintf(stdout, "[rank %d] %s\033[K\r", w.rank, line.c_str());
+  live_shown_ = true;
+  std::fflush(stdout);
 }
 
 void Group::pump(Worker& w, Stream& s, bool final_flush) {
@@ -193,10 +210,15 @@ void Group::pump(Worker& w, Stream& s, bool final_flush) {
     const ssize_t n = ::read(s.fd, buf, sizeof buf);
     if (n > 0) {
       s.partial.append(buf, size_t(n));
-      size_t nl;
-      while ((nl = s.partial.find('\n')) != std::string::npos) {
-        emit(w, s.partial.substr(0, nl), s.is_stderr);
-        s.partial.erase(0, nl + 1);
+      size_t end;
+      while ((end = s.partial.find_first_of("\r\n")) != std::string::npos) {
+        const std::string line = s.partial.substr(0, end);
+        if (s.partial[end] == '\n') {
+          emit(w, line, s.is_stderr);
+        } else if (!s.is_stderr && !line.empty()) {
+          emit_live(w, line);
+        }
+        s.partial.erase(0, end + 1);
       }
       if (!final_flush) return;  // come back after the others had their turn
       continue;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <sstream>
 
+#include "config_file.h"
 #include "ddp/comm_hook.h"
 #include "ddp/data/dataset.h"
 #include "ddp/error.h"
@@ -75,6 +76,10 @@ const std::vector<Flag>& flags() {
          }
          o.model = v;
        }},
+      {"--config", "FILE",
+       "read flags from a TOML file: each key a flag without the dashes (lr = 0.05, "
+       "batch_size = 128, no-pad = true); flags on the command line override it",
+       [](O& o, const std::string& v) { o.config = v; }},
       {"--preset", "NAME",
        "reference (default): the reference program exactly; fast: a better recipe for the same "
        "model (--lr 0.05 --weight-decay 5e-4 --lr-schedule cosine --warmup-epochs 0.2 --normalize "
@@ -259,6 +264,13 @@ std::vector<std::string> preset_flags(const std::string& preset, const std::stri
 
 namespace {
 
+FlagArity flag_arity(const std::string& name) {
+  for (const Flag& f : flags()) {
+    if (f.name == name) return f.value.empty() ? FlagArity::kSwitch : FlagArity::kValue;
+  }
+  return FlagArity::kUnknown;
+}
+
 TrainOptions parse_flags(const std::vector<std::string>& args, bool& help) {
   TrainOptions options;
   help = false;
@@ -301,10 +313,17 @@ TrainOptions parse_flags(const std::vector<std::string>& args, bool& help) {
 TrainOptions parse_train_options(const std::vector<std::string>& args, bool& help) {
   TrainOptions options = parse_flags(args, help);
   if (help) return options;
+  // Later flags override earlier ones: the preset's, then the config file's, then the command
+  // line's (a preset may be chosen in the file or on the command line).
+  std::vector<std::string> given = args;
+  if (!options.config.empty()) {
+    given = flags_from_config_file(options.config, flag_arity);
+    given.insert(given.end(), args.begin(), args.end());
+    options = parse_flags(given, help);
+  }
   if (options.preset != "reference") {
-    // The preset's flags come first, so every flag given explicitly overrides them.
     std::vector<std::string> expanded = preset_flags(options.preset, options.dataset);
-    expanded.insert(expanded.end(), args.begin(), args.end());
+    expanded.insert(expanded.end(), given.begin(), given.end());
     options = parse_flags(expanded, help);
   }
   if (options.resume == "auto" && options.checkpoint_dir.empty()) {
@@ -322,6 +341,7 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, bool& hel
 
 std::string config_text(const TrainOptions& o) {
   std::ostringstream out;
+  if (!o.config.empty()) out << "config = " << o.config << "\n";
   out << "preset = " << o.preset << "\ndataset = " << o.dataset << "\ndata_dir = " << o.data_dir
       << "\nmodel = " << o.model << "\nepochs = " << o.epochs << "\nbatch_size = " << o.batch_size
       << "\nlr = " << o.lr << "\nlr_schedule = " << o.lr_schedule

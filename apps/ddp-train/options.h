@@ -21,6 +21,7 @@ struct TrainOptions {
   bool horizontal_flip = false;
   bool channels_last = false;
   // Model and optimiser.
+  std::string config;                // --config: a TOML file of flags (the command line overrides)
   std::string preset = "reference";  // reference or fast: defaults the flags then override
   std::string model = "net";
   int epochs = 10;

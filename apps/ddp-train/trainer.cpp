@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "ddp/sync_batchnorm.h"
 #include "ddp/zero.h"
 #include "models/classifier.h"
+#include "progress.h"
 
 namespace ddp::train {
 namespace {
@@ -95,6 +97,7 @@ struct Evaluation {
   double loss = 0;
   double accuracy = 0;
   int64_t total = 0;
+  std::vector<double> class_accuracy;  // by label
 };
 
 // Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
@@ -114,7 +117,11 @@ Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const 
   loader.start_epoch(indices, 0);
   torch::NoGradGuard no_grad;
   model->eval();
-  std::vector<double> sums = {0, 0, 0};  // loss sum, correct, count
+  const int64_t classes = test.num_classes();
+  // loss sum, correct, count, then correct and count per class
+  std::vector<double> sums(size_t(3 + 2 * classes), 0.0);
+  torch::Tensor class_correct = torch::zeros({classes}, torch::kFloat64),
+                class_count = torch::zeros({classes}, torch::kFloat64);
   while (auto batch = loader.next()) {
     batch->to(device);
     const torch::Tensor logits = model->forward(batch->images);
@@ -122,15 +129,26 @@ Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const 
                    logits, batch->labels,
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                    .item<double>();
-    sums[1] += logits.argmax(1).eq(batch->labels).sum().item<double>();
+    const torch::Tensor hits = logits.argmax(1).eq(batch->labels);
+    sums[1] += hits.sum().item<double>();
     sums[2] += double(batch->labels.size(0));
+    class_correct += torch::bincount(batch->labels.masked_select(hits), {}, classes).cpu();
+    class_count += torch::bincount(batch->labels, {}, classes).cpu();
   }
   model->train();
+  for (int64_t c = 0; c < classes; ++c) {
+    sums[size_t(3 + c)] = class_correct[c].item<double>();
+    sums[size_t(3 + classes + c)] = class_count[c].item<double>();
+  }
   sum_over_ranks(group, sums);
   Evaluation result;
   result.total = int64_t(sums[2]);
   result.loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
   result.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  for (int64_t c = 0; c < classes; ++c) {
+    const double n = sums[size_t(3 + classes + c)];
+    result.class_accuracy.push_back(n > 0 ? sums[size_t(3 + c)] / n : 0);
+  }
   return result;
 }
 
@@ -361,6 +379,52 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   return s;
 }
 
+// The label names of the built-in data sets, for the per-class accuracy.
+std::vector<std::string> class_names(data::DatasetKind kind) {
+  switch (kind) {
+    case data::DatasetKind::kCifar10:
+      return {"airplane", "automobile", "bird",  "cat",  "deer",
+              "dog",      "frog",       "horse", "ship", "truck"};
+    case data::DatasetKind::kFashionMnist:
+      return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+              "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+    case data::DatasetKind::kMnist:
+      break;
+  }
+  return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+}
+
+// The run at a glance, after the last epoch: one row per epoch, the best and the final
+// accuracy, and the final accuracy of each class.
+void print_summary(const std::vector<EpochResult>& results, data::DatasetKind kind) {
+  if (results.empty()) return;
+  double seconds = 0, images = 0;
+  const EpochResult* best = &results.front();
+  for (const auto& r : results) {
+    seconds += r.seconds;
+    images += r.images_per_second * r.seconds;
+    if (r.test_acc > best->test_acc) best = &r;
+  }
+  std::printf("\nsummary: %zu epoch(s), %.1f s of training, %.0f img/s\n", results.size(), seconds,
+              seconds > 0 ? images / seconds : 0.0);
+  std::printf("  epoch  train_loss  test_loss  test_acc  seconds    img/s\n");
+  for (const auto& r : results) {
+    std::printf("  %5d  %10.4f  %9.4f  %7.2f%%  %7.1f  %7.0f\n", r.epoch, r.train_loss, r.test_loss,
+                100 * r.test_acc, r.seconds, r.images_per_second);
+  }
+  const EpochResult& last = results.back();
+  if (last.class_accuracy.empty()) return;  // --no-eval
+  std::printf("  best test_acc %.2f%% (epoch %d), final %.2f%%\n", 100 * best->test_acc,
+              best->epoch, 100 * last.test_acc);
+  const std::vector<std::string> names = class_names(kind);
+  std::printf("  final test accuracy per class:\n");
+  for (size_t c = 0; c < last.class_accuracy.size(); ++c) {
+    const std::string name = c < names.size() ? names[c] : std::to_string(c);
+    std::printf("    %-12s %6.2f%%\n", name.c_str(), 100 * last.class_accuracy[c]);
+  }
+  std::fflush(stdout);
+}
+
 void print_fingerprint(int rank, torch::nn::Module& model) {
   std::printf("rank %d: final weights fingerprint %016llx\n", rank,
               (unsigned long long)weights_fingerprint(model));
@@ -499,6 +563,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
 
   MetricsWriter metrics(is_root ? o.metrics : "");
   metrics.write(JsonRecord().add("config", config_text(o)).add("world_size", world_size));
+  if (is_root) {  // the effective configuration (flags, --config file and preset merged)
+    std::string line = config_text(o);
+    std::replace(line.begin(), line.end(), '\n', ';');
+    std::printf("config: %s\n", line.c_str());
+  }
   const Fault fault = Fault::from_environment();
   std::vector<EpochResult> results;
   for (int epoch = start_epoch; epoch <= o.epochs; ++epoch) {
@@ -535,6 +604,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     }
     torch::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
     int64_t images = 0;
+    ProgressBar progress(is_root && ProgressBar::stdout_is_terminal(), epoch, o.epochs, steps);
     const auto epoch_start = Clock::now();
     for (int64_t step = 0; step < steps; ++step) {
       auto t0 = Clock::now();
@@ -586,10 +656,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                           .add("epoch", epoch)
                           .add("loss", value)
                           .add("lr", lr));
-        std::printf("epoch %d step %lld/%lld loss %.4f\n", epoch, (long long)(step + 1),
-                    (long long)steps, value);
-        std::fflush(stdout);
+        if (!progress.live()) {
+          std::printf("epoch %d step %lld/%lld loss %.4f\n", epoch, (long long)(step + 1),
+                      (long long)steps, value);
+          std::fflush(stdout);
+        }
       }
+      progress.update(step + 1, images * world_size, [&] { return loss.item<double>(); });
     }
     if (join) join->join();  // shadowed steps count in global_step too
     const double train_seconds = since(epoch_start);
@@ -605,6 +678,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       eval = evaluate(model, *test_set, loader_options, device, group.get(), rank, world_size);
       r.test_loss = eval.loss;
       r.test_acc = eval.accuracy;
+      r.class_accuracy = eval.class_accuracy;
     }
     results.push_back(r);
     // Optimizer memory: this rank's state, and all ranks' together (= the unsharded size).
@@ -616,6 +690,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       std::printf("optimizer state (--zero): %.2f MB on rank 0, %.2f MB over all %d ranks\n",
                   rank0_state_mb, state_mb[0], world_size);
     }
+    progress.finish();
     if (is_root) {
       JsonRecord record;
       record.add("epoch", epoch).add("train_loss", r.train_loss);
@@ -667,6 +742,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     export_state_dict(o.export_path, *model);
     std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
   }
+  if (is_root) print_summary(results, session.kind);
   print_fingerprint(rank, *model);
   return results;
 }

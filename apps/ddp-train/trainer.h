@@ -14,9 +14,10 @@ struct EpochResult {
   int epoch = 0;
   double train_loss = 0;
   double test_loss = 0;
-  double test_acc = 0;           // fraction in [0, 1]
-  double seconds = 0;            // training part of the epoch
-  double images_per_second = 0;  // all ranks together
+  double test_acc = 0;                 // fraction in [0, 1]
+  double seconds = 0;                  // training part of the epoch
+  double images_per_second = 0;        // all ranks together
+  std::vector<double> class_accuracy;  // test accuracy by label (empty with --no-eval)
 };
 
 /// Trains as `options` says, as rank world.rank of world.world_size; returns each epoch's result.

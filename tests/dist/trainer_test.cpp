@@ -205,6 +205,77 @@ TEST_F(TrainerTest, PresetSetsItsRecipeAndExplicitFlagsOverrideIt) {
       << unknown.output;
 }
 
+// --config run.toml: keys are flags (dashes or underscores), the command line overrides the file,
+// and the file may choose a preset; every mistake names the file, the line and the key.
+TEST_F(TrainerTest, ConfigFileSetsFlagsAndTheCommandLineOverridesIt) {
+  test::TempDir dir;
+  auto dry_run = [&](const std::string& toml, std::vector<std::string> extra) {
+    std::ofstream(dir / "run.toml") << toml;
+    std::vector<std::string> argv = {test::train_bin(), "--dry-run", "--data-dir",
+                                     data_->path(),     "--config",  dir / "run.toml"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return test::run(argv);
+  };
+  const auto r = dry_run(
+      "# a run\npreset = \"fast\"\nlr = 0.02\nbatch_size = 100\nno-pad = true\nhflip = false\n",
+      {"--lr", "0.03"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"lr = 0.03\n", "batch_size = 100\n", "no_pad = 1\n",
+                           "lr_schedule = cosine\n", "preset = fast\n"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
+  }
+  EXPECT_NE(r.output.find("config = " + (dir / "run.toml")), std::string::npos) << r.output;
+  struct Case {
+    std::string toml, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"lr = 0.1\nlrr = 1\n", "run.toml:2: 'lrr': unknown key"},
+           {"lr = = 3\n", "run.toml:1:6: "},
+           {"no-pad = \"yes\"\n", "'no-pad': a switch takes true or false"},
+           {"epochs = [1, 2]\n", "'epochs': the value must be a string or a number"},
+           {"batch-size = 10\nbatch_size = 20\n", "given twice"},
+           {"epochs = 0\n", "--epochs: '0' is not an integer"},
+       }) {
+    const auto bad = dry_run(c.toml, {});
+    EXPECT_EQ(bad.exit_code, 2) << c.toml << bad.output;
+    EXPECT_NE(bad.output.find(c.message), std::string::npos) << c.toml << bad.output;
+  }
+  const auto missing = test::run({test::train_bin(), "--config", dir / "nope.toml"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("nope.toml: cannot read it"), std::string::npos) << missing.output;
+}
+
+// On a terminal (here: as a launcher on one says, DDP_STDOUT_TTY=1) rank 0 redraws a progress
+// line in place; in a pipe it does not. Either way the run ends with the summary table.
+TEST_F(TrainerTest, ProgressBarOnATerminalAndASummaryTableAlways) {
+  const std::vector<std::string> argv = {
+      test::train_bin(), "--data-dir", data_->path(), "--epochs", "2", "--max-steps", "8"};
+  const auto plain = test::run(argv, {{"DDP_STDOUT_TTY", "0"}});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("ETA"), std::string::npos) << plain.output;
+  for (const char* text :
+       {"summary: 2 epoch(s)", "  epoch  train_loss  test_loss  test_acc", "best test_acc ",
+        "final test accuracy per class:", "    airplane ", "    truck "}) {
+    EXPECT_NE(plain.output.find(text), std::string::npos) << text << plain.output;
+  }
+  const auto live = test::run(argv, {{"DDP_STDOUT_TTY", "1"}});
+  ASSERT_EQ(live.exit_code, 0) << live.output;
+  EXPECT_NE(live.output.find("epoch 1/2 [########################] 100% 8/8  loss "),
+            std::string::npos)
+      << live.output;
+  EXPECT_NE(live.output.find("ETA 0:00\033[K\r"), std::string::npos) << live.output;
+  // Through the launcher: rank 0's line is relayed with its prefix, still redrawn in place.
+  std::vector<std::string> launched = argv;
+  launched.insert(launched.end(), {"--nproc-per-node", "2"});
+  const auto relayed = test::run(launched, {{"DDP_STDOUT_TTY", "1"}}, 120s);
+  ASSERT_EQ(relayed.exit_code, 0) << relayed.output;
+  EXPECT_NE(relayed.output.find("[rank 0] epoch 2/2 [########################] 100% 8/8"),
+            std::string::npos)
+      << relayed.output;
+  EXPECT_NE(relayed.output.find("[rank 0] summary: 2 epoch(s)"), std::string::npos)
+      << relayed.output;
+}
+
 // The learning rate of every step (the metrics' "lr"): linear warm-up over half an epoch of 16
 // steps, then a half cosine that reaches almost 0 at the last of 64 steps.
 TEST_F(TrainerTest, WarmupThenCosineScheduleIsTheRateOfEachStep) {
