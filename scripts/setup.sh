@@ -10,6 +10,8 @@ packages=(
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml
+  libprotobuf-dev protobuf-compiler   # ddp-train --tensorboard (event files)
+  libplplot-dev plplot-driver-cairo   # ddp-train plot (PNG through cairo, SVG)
   python3 python3-torch python3-torchvision                  # the reference implementation
   dataset-fashion-mnist               # the real Fashion-MNIST
   iproute2 tar                        # multi-node tests (network namespaces), archives

@@ -14,6 +14,7 @@
 #include "ddp/launch.h"
 #include "ddp/world.h"
 #include "options.h"
+#include "plot.h"
 #include "trainer.h"
 
 namespace {
@@ -133,6 +134,8 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "make-data") {
       return make_data({args.begin() + 1, args.end()});
     }
+    if (!args.empty() && args[0] == "plot")
+      return ddp::train::run_plot({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "evaluate") {
       bool help = false;
       const auto options = ddp::train::parse_train_options({args.begin() + 1, args.end()}, help);

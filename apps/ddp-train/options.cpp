@@ -144,6 +144,10 @@ const std::vector<Flag>& flags() {
        }},
       {"--metrics", "FILE", "append JSON-lines metrics (steps and epochs) to FILE (rank 0)",
        [](O& o, const std::string& v) { o.metrics = v; }},
+      {"--tensorboard", "DIR",
+       "write TensorBoard event files to DIR (rank 0): train/loss and train/lr per logged step, "
+       "epoch/train_loss, epoch/test_loss, epoch/test_accuracy and epoch/images_per_second",
+       [](O& o, const std::string& v) { o.tensorboard = v; }},
       {"--log-every", "N", "log the loss every N steps (default 50)",
        [](O& o, const std::string& v) {
          o.log_every = parse_int64("--log-every", v, 1, int64_t(1) << 40);
@@ -364,7 +368,9 @@ std::string train_help() {
          "       ddp-train evaluate --checkpoint FILE [--dataset ...]   test-set accuracy of a "
          "model\n"
          "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data "
-         "--help)\n\n"
+         "--help)\n"
+         "       ddp-train plot METRICS.jsonl -o curves.png|svg   loss and accuracy against "
+         "epochs\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process.\n\nflags:\n";
   for (const Flag& f : flags()) {

@@ -34,9 +34,10 @@ struct TrainOptions {
   double warmup_epochs = 0;              // linear warm-up from 0 before the schedule
   uint64_t seed = 0;
   // Run.
-  int threads = 0;        // 0: cores / local workers, or OMP_NUM_THREADS
-  int64_t max_steps = 0;  // per epoch; 0: the whole epoch
-  std::string metrics;    // JSON lines file, written by rank 0
+  int threads = 0;          // 0: cores / local workers, or OMP_NUM_THREADS
+  int64_t max_steps = 0;    // per epoch; 0: the whole epoch
+  std::string metrics;      // JSON lines file, written by rank 0
+  std::string tensorboard;  // directory for TensorBoard event files, written by rank 0
   int64_t log_every = 50;
   bool evaluate = true;
   std::string on_nan = "stop";  // a non-finite loss or gradient: "stop" the run or "skip" the step

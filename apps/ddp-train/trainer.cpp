@@ -28,6 +28,7 @@
 #include "ddp/zero.h"
 #include "models/classifier.h"
 #include "progress.h"
+#include "tensorboard.h"
 
 namespace ddp::train {
 namespace {
@@ -562,6 +563,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
+  std::optional<TensorBoardWriter> tensorboard;
+  if (is_root && !o.tensorboard.empty()) tensorboard.emplace(o.tensorboard);
   metrics.write(JsonRecord().add("config", config_text(o)).add("world_size", world_size));
   if (is_root) {  // the effective configuration (flags, --config file and preset merged)
     std::string line = config_text(o);
@@ -656,6 +659,10 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                           .add("epoch", epoch)
                           .add("loss", value)
                           .add("lr", lr));
+        if (tensorboard) {
+          tensorboard->scalar("train/loss", value, global_step);
+          tensorboard->scalar("train/lr", lr, global_step);
+        }
         if (!progress.live()) {
           std::printf("epoch %d step %lld/%lld loss %.4f\n", epoch, (long long)(step + 1),
                       (long long)steps, value);
@@ -709,6 +716,14 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("optimizer_state_mb", rank0_state_mb)
           .add("peak_rss_mb", peak_rss_mb());
       metrics.write(record);
+      if (tensorboard) {  // epoch curves against the same step axis as the step curves
+        tensorboard->scalar("epoch/train_loss", r.train_loss, global_step);
+        tensorboard->scalar("epoch/images_per_second", r.images_per_second, global_step);
+        if (o.evaluate) {
+          tensorboard->scalar("epoch/test_loss", r.test_loss, global_step);
+          tensorboard->scalar("epoch/test_accuracy", r.test_acc, global_step);
+        }
+      }
       if (o.evaluate) {
         std::printf(
             "epoch %d/%d  train_loss %.4f  test_loss %.4f  test_acc %.2f%% (%lld images)"

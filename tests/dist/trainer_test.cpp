@@ -3,13 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include <torch/cuda.h>
 
 #include "ddp/data/synthetic.h"
+#include "ddp/error.h"
 #include "support/process.h"
+#include "tensorboard.h"
 
 namespace ddp {
 namespace {
@@ -274,6 +278,86 @@ TEST_F(TrainerTest, ProgressBarOnATerminalAndASummaryTableAlways) {
       << relayed.output;
   EXPECT_NE(relayed.output.find("[rank 0] summary: 2 epoch(s)"), std::string::npos)
       << relayed.output;
+}
+
+// --tensorboard DIR: one event file whose records read back (checksums, protobuf) to the same
+// curves as the JSON metrics; a damaged record is reported, not misread.
+TEST_F(TrainerTest, TensorBoardEventFilesReadBackToTheMetrics) {
+  EXPECT_EQ(train::crc32c("123456789", 9), 0xe3069283u);  // the CRC-32C check value
+  test::TempDir out;
+  const auto r = test::run(
+      {test::train_bin(), "--data-dir", data_->path(), "--epochs", "2", "--max-steps", "8",
+       "--log-every", "4", "--tensorboard", out / "tb", "--metrics", out / "m.jsonl"},
+      {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(out / "tb")) {
+    files.push_back(e.path());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find("events.out.tfevents."), std::string::npos) << files[0];
+  const auto events = train::read_events(files[0]);
+  std::map<std::string, std::vector<train::ScalarEvent>> curves;
+  for (const auto& e : events) curves[e.tag].push_back(e);
+  ASSERT_EQ(curves["train/loss"].size(), 4u);  // steps 4, 8, 12, 16
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(curves["train/loss"][i].step, int64_t(4 * (i + 1)));
+  ASSERT_EQ(curves["train/lr"].size(), 4u);
+  EXPECT_FLOAT_EQ(curves["train/lr"][0].value, 0.001f);
+  ASSERT_EQ(curves["epoch/test_accuracy"].size(), 2u);
+  EXPECT_EQ(curves["epoch/test_accuracy"][1].step, 16);
+  EXPECT_NEAR(curves["epoch/test_accuracy"][1].value, last_value(out / "m.jsonl", "test_acc"),
+              1e-6);
+  EXPECT_EQ(curves["epoch/test_loss"].size(), 2u);
+  EXPECT_EQ(curves["epoch/images_per_second"].size(), 2u);
+
+  std::string bytes = test::read_file(files[0]);
+  bytes[bytes.size() - 6] ^= 0x40;  // inside the last record's message
+  std::ofstream(out / "damaged", std::ios::binary) << bytes;
+  try {
+    train::read_events(out / "damaged");
+    ADD_FAILURE() << "a damaged record was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data checksum does not match"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ddp-train plot: a PNG and an SVG of the last run in a metrics file; bad input is a clear error.
+TEST_F(TrainerTest, PlotDrawsTheMetricsAsPngAndSvg) {
+  test::TempDir out;
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "3",
+                            "--max-steps", "4", "--metrics", out / "m.jsonl"},
+                           {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto png = test::run({test::train_bin(), "plot", out / "m.jsonl", "-o", out / "c.png"});
+  ASSERT_EQ(png.exit_code, 0) << png.output;
+  EXPECT_NE(png.output.find("plot: 3 epoch(s)"), std::string::npos) << png.output;
+  const std::string png_bytes = test::read_file(out / "c.png");
+  ASSERT_GT(png_bytes.size(), 2000u);
+  EXPECT_EQ(png_bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const auto svg = test::run({test::train_bin(), "plot", out / "m.jsonl", "-o", out / "c.svg"});
+  ASSERT_EQ(svg.exit_code, 0) << svg.output;
+  const std::string svg_text = test::read_file(out / "c.svg");
+  EXPECT_NE(svg_text.find("<svg"), std::string::npos);
+  // PLplot writes text as character references: the title "test accuracy" begins "&#x74;&#x65;".
+  EXPECT_NE(svg_text.find("&#x74;&#x65;&#x73;&#x74;&#x20;&#x61;"), std::string::npos);
+  EXPECT_EQ(svg_text.find("fill=\"#FFFFFF\"\n        fill-opacity=\"1.000000\"\n        "
+                          "xml:space"),
+            std::string::npos)
+      << "white text on the white background";
+
+  const auto gif = test::run({test::train_bin(), "plot", out / "m.jsonl", "-o", out / "c.gif"});
+  EXPECT_EQ(gif.exit_code, 2) << gif.output;
+  EXPECT_NE(gif.output.find("must end in .png or .svg"), std::string::npos) << gif.output;
+  std::ofstream(out / "empty.jsonl") << "{\"step\": 1, \"loss\": 2.3}\n";
+  const auto empty =
+      test::run({test::train_bin(), "plot", out / "empty.jsonl", "-o", out / "e.png"});
+  EXPECT_EQ(empty.exit_code, 1) << empty.output;
+  EXPECT_NE(empty.output.find("no epoch records"), std::string::npos) << empty.output;
+  const auto unwritable =
+      test::run({test::train_bin(), "plot", out / "m.jsonl", "-o", "/nonexistent/c.png"});
+  EXPECT_EQ(unwritable.exit_code, 1) << unwritable.output;
+  EXPECT_NE(unwritable.output.find("cannot write it"), std::string::npos) << unwritable.output;
 }
 
 // The learning rate of every step (the metrics' "lr"): linear warm-up over half an epoch of 16
