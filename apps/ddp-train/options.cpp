@@ -21,6 +21,19 @@ struct Flag {
   std::function<void(TrainOptions&, const std::string&)> set;
 };
 
+// `value` when it is one of `choices`; otherwise "FLAG: unknown WHAT 'value'; use a, b or c".
+std::string one_of(const std::string& flag, const std::string& what, const std::string& value,
+                   const std::vector<std::string>& choices) {
+  for (const auto& c : choices) {
+    if (c == value) return value;
+  }
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  }
+  throw InvalidArgument(concat(flag, ": unknown ", what, " '", value, "'; use ", list));
+}
+
 double parse_double(const std::string& flag, const std::string& text, double min, double max) {
   errno = 0;
   char* end = nullptr;
@@ -71,10 +84,7 @@ const std::vector<Flag>& flags() {
        "net: the reference CNN (default); resnet: a small residual network with BatchNorm "
        "(SyncBatchNorm across ranks when distributed)",
        [](O& o, const std::string& v) {
-         if (v != "net" && v != "resnet") {
-           throw InvalidArgument(concat("--model: unknown model '", v, "'; use net or resnet"));
-         }
-         o.model = v;
+         o.model = one_of("--model", "model", v, {"net", "resnet"});
        }},
       {"--config", "FILE",
        "read flags from a TOML file: each key a flag without the dashes (lr = 0.05, "
@@ -94,11 +104,7 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) { o.batch_size = parse_int64("--batch-size", v, 1, 65536); }},
       {"--optimizer", "NAME", "sgd (default, with --momentum) or adam",
        [](O& o, const std::string& v) {
-         if (v != "sgd" && v != "adam") {
-           throw InvalidArgument(
-               concat("--optimizer: unknown optimizer '", v, "'; use sgd or adam"));
-         }
-         o.optimizer = v;
+         o.optimizer = one_of("--optimizer", "optimizer", v, {"sgd", "adam"});
        }},
       {"--no-pad", "",
        "visit every training image exactly once per epoch: no padding of the shards; ranks with "
@@ -166,21 +172,13 @@ const std::vector<Flag>& flags() {
        "auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; cuda "
        "(each worker on GPU LOCAL_RANK of its node)",
        [](O& o, const std::string& v) {
-         if (v != "auto" && v != "cpu" && v != "cuda") {
-           throw InvalidArgument(
-               concat("--device: unknown device '", v, "'; use auto, cpu or cuda"));
-         }
-         o.device = v;
+         o.device = one_of("--device", "device", v, {"auto", "cpu", "cuda"});
        }},
       {"--backend", "NAME",
        "gloo (the default on the CPU) or nccl (the default on a GPU; CUDA builds of LibTorch); mpi "
        "where LibTorch has it",
        [](O& o, const std::string& v) {
-         if (v != "gloo" && v != "nccl" && v != "mpi") {
-           throw InvalidArgument(
-               concat("--backend: unknown backend '", v, "'; use gloo, nccl or mpi"));
-         }
-         o.backend = v;
+         o.backend = one_of("--backend", "backend", v, {"gloo", "nccl", "mpi"});
        }},
       {"--init-method", "URL", "env:// (default), tcp://HOST:PORT or file:///PATH",
        [](O& o, const std::string& v) {
