@@ -12,8 +12,14 @@ NetImpl::NetImpl(int64_t in_channels, int64_t side, int64_t num_classes) {
 }
 
 torch::Tensor NetImpl::forward(torch::Tensor x) {
-  x = torch::max_pool2d(torch::relu(conv1->forward(x)), 2, 2);
-  x = torch::max_pool2d(torch::relu(conv2->forward(x)), 2, 2);
+  // The same function as Python's Net, computed faster (bench/compare.sh measures it):
+  // - channels-last: oneDNN's convolutions and max-pools are much faster on NHWC than on NCHW
+  //   (max-pool ~7x on one thread), and flatten() below still yields Python's (C, H, W) order;
+  // - pool before relu: max and relu commute exactly (relu is monotone), so the outputs and the
+  //   gradients are the same bits, but relu and its backward touch a quarter of the elements.
+  x = x.contiguous(torch::MemoryFormat::ChannelsLast);
+  x = torch::relu(torch::max_pool2d(conv1->forward(x), 2, 2));
+  x = torch::relu(torch::max_pool2d(conv2->forward(x), 2, 2));
   return fc->forward(torch::flatten(x, 1));
 }
 
