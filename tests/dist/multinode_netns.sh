@@ -5,33 +5,18 @@
 set -uo pipefail
 ddprun=$1
 train=$2
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
+source "$(dirname "$0")/../../scripts/lib/netns.sh"
+if ! netns_pair_available; then
   echo "SKIP: needs root and iproute2 for network namespaces"
   exit 77
 fi
-a=ddpa$$ b=ddpb$$ va=va$$ vb=vb$$
 tmp=$(mktemp -d)
-cleanup() {
-  ip netns del "$a" 2>/dev/null
-  ip netns del "$b" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-set -e
-ip netns add "$a"
-ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"
-ip link set "$vb" netns "$b"
-ip -n "$a" addr add 10.231.0.1/30 dev "$va"
-ip -n "$b" addr add 10.231.0.2/30 dev "$vb"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$va" up
-ip -n "$b" link set "$vb" up
-set +e
+trap 'netns_pair_down; rm -rf "$tmp"' EXIT
+netns_pair_up || { echo "FAIL: could not make the network namespaces"; exit 1; }
+a=$ns_a b=$ns_b
 
 "$train" make-data --out "$tmp/data" --train 1000 --test 200 >/dev/null
-common=(--nnodes 2 --master-addr 10.231.0.1 --master-port 29555 --nproc-per-node 2 --)
+common=(--nnodes 2 --master-addr $addr_a --master-port 29555 --nproc-per-node 2 --)
 job=("$train" --data-dir "$tmp/data" --epochs 1 --max-steps 5 --rendezvous-timeout 60 --timeout 60)
 ip netns exec "$a" timeout 200 "$ddprun" --node-rank 0 "${common[@]}" "${job[@]}" >"$tmp/a.log" 2>&1 &
 pa=$!
@@ -39,8 +24,8 @@ ip netns exec "$b" timeout 200 "$ddprun" --node-rank 1 "${common[@]}" "${job[@]}
 pb=$!
 wait "$pa"; ra=$?
 wait "$pb"; rb=$?
-echo "--- node 0 (10.231.0.1), exit $ra"; cat "$tmp/a.log"
-echo "--- node 1 (10.231.0.2), exit $rb"; cat "$tmp/b.log"
+echo "--- node 0 ($addr_a), exit $ra"; cat "$tmp/a.log"
+echo "--- node 1 ($addr_b), exit $rb"; cat "$tmp/b.log"
 [[ $ra -eq 0 && $rb -eq 0 ]] || { echo "FAIL: a node failed"; exit 1; }
 prints=$(cat "$tmp/a.log" "$tmp/b.log" | grep -o 'rank [0-3]: final weights fingerprint [0-9a-f]*')
 ranks=$(echo "$prints" | awk '{print $2}' | sort -u | wc -l)
