@@ -2,6 +2,7 @@
 // Everything else includes c10d and autograd internals through here.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/api/include/torch/version.h>
 #if defined(USE_C10D_NCCL)
 #include <c10/cuda/CUDAFunctions.h>
@@ -122,6 +123,38 @@ inline void add_post_hook(torch::autograd::Node& node, std::function<void()> fn)
         return outputs;
       }));
 }
+
+// Autocast's switches: per device type from 2.4 (set_autocast_enabled(kCPU, ...)); before
+// that one function per device (set_cpu_enabled, set_enabled for CUDA), deprecated in 2.4.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+inline bool autocast_enabled(c10::DeviceType type) {
+  return at::autocast::is_autocast_enabled(type);
+}
+inline at::ScalarType autocast_dtype(c10::DeviceType type) {
+  return at::autocast::get_autocast_dtype(type);
+}
+inline void set_autocast(c10::DeviceType type, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(type, enabled);
+  at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+inline bool autocast_enabled(c10::DeviceType type) {
+  return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+inline at::ScalarType autocast_dtype(c10::DeviceType type) {
+  return type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                      : at::autocast::get_autocast_gpu_dtype();
+}
+inline void set_autocast(c10::DeviceType type, bool enabled, at::ScalarType dtype) {
+  if (type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+}
+#endif
 
 inline std::string libtorch_version() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

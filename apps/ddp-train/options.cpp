@@ -174,6 +174,13 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.device = one_of("--device", "device", v, {"auto", "cpu", "cuda"});
        }},
+      {"--precision", "fp32|bf16",
+       "the forward pass and evaluation: fp32 (default), or bf16 under autocast (convolutions "
+       "and linear layers in bfloat16; weights, gradients and the optimizer stay fp32); fast "
+       "only on CPUs with AVX512-BF16 or AMX, and on GPUs",
+       [](O& o, const std::string& v) {
+         o.precision = one_of("--precision", "precision", v, {"fp32", "bf16"});
+       }},
       {"--backend", "NAME",
        "gloo (the default on the CPU) or nccl (the default on a GPU; CUDA builds of LibTorch); mpi "
        "where LibTorch has it",
@@ -352,6 +359,7 @@ std::string config_text(const TrainOptions& o) {
       << "\nnormalize = " << o.normalize << "\nrandom_crop = " << o.random_crop
       << "\nhorizontal_flip = " << o.horizontal_flip << "\nchannels_last = " << o.channels_last
       << "\nmax_steps = " << o.max_steps << "\ndevice = " << o.device
+      << "\nprecision = " << o.precision
       << "\nbackend = " << (o.backend.empty() ? "auto" : o.backend)
       << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\ncomm_hook = " << o.comm_hook
       << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad

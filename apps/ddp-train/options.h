@@ -42,8 +42,9 @@ struct TrainOptions {
   bool evaluate = true;
   std::string on_nan = "stop";  // a non-finite loss or gradient: "stop" the run or "skip" the step
   // Device and distributed.
-  std::string device = "auto";  // auto (cuda when a GPU is visible, else cpu), cpu or cuda
-  std::string backend;          // empty: nccl on a GPU, gloo on the CPU
+  std::string device = "auto";     // auto (cuda when a GPU is visible, else cpu), cpu or cuda
+  std::string precision = "fp32";  // the forward pass: fp32, or bf16 under autocast
+  std::string backend;             // empty: nccl on a GPU, gloo on the CPU
   std::string init_method = "env://";
   double timeout = 300;             // seconds, for every collective
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet

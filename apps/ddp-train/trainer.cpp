@@ -22,6 +22,7 @@
 #include "ddp/error.h"
 #include "ddp/join.h"
 #include "ddp/metrics.h"
+#include "ddp/precision.h"
 #include "ddp/process_group.h"
 #include "ddp/sampler.h"
 #include "ddp/sync_batchnorm.h"
@@ -104,8 +105,8 @@ struct Evaluation {
 // Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
 // result covers every test image exactly once.
 Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const data::Dataset& test,
-                    const data::LoaderOptions& base, torch::Device device, ProcessGroup* group,
-                    int rank, int world) {
+                    const data::LoaderOptions& base, torch::Device device, Precision precision,
+                    ProcessGroup* group, int rank, int world) {
   const int64_t n = int64_t(test.size());
   const int64_t begin = n * rank / world, end = n * (rank + 1) / world;
   std::vector<int64_t> indices;
@@ -125,7 +126,11 @@ Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const 
                 class_count = torch::zeros({classes}, torch::kFloat64);
   while (auto batch = loader.next()) {
     batch->to(device);
-    const torch::Tensor logits = model->forward(batch->images);
+    torch::Tensor logits;
+    {
+      Autocast autocast(device, precision);
+      logits = model->forward(batch->images).to(torch::kFloat);
+    }
     sums[0] += torch::nn::functional::cross_entropy(
                    logits, batch->labels,
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -294,6 +299,7 @@ struct Session {
   std::unique_ptr<data::Dataset> train_set, test_set;
   std::shared_ptr<models::ClassifierImpl> model;
   data::LoaderOptions loader_options;
+  Precision precision = Precision::kFp32;
 };
 
 Session open_session(const TrainOptions& o, const WorldInfo& world) {
@@ -303,6 +309,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   at::set_num_threads(threads);
   Session s;
   s.device = training_device(o, world);
+  s.precision = parse_precision(o.precision);
   s.backend = backend_for(o, s.device);
   if (world.world_size > 1) {
     ProcessGroupOptions pg;
@@ -464,8 +471,8 @@ void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
   if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
   Session s = open_session(o, world);
   load_state_dict(*s.model, read_state_dict(o.checkpoint), o.checkpoint);
-  const Evaluation e = evaluate(s.model, *s.test_set, s.loader_options, s.device, s.group.get(),
-                                world.rank, world.world_size);
+  const Evaluation e = evaluate(s.model, *s.test_set, s.loader_options, s.device, s.precision,
+                                s.group.get(), world.rank, world.world_size);
   if (world.rank == 0) {
     std::printf("evaluate %s: test_loss %.6f  test_acc %.2f%% (%lld images)\n",
                 o.checkpoint.c_str(), e.loss, 100 * e.accuracy, (long long)e.total);
@@ -615,9 +622,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       if (!batch) break;
       batch->to(device);
       auto t1 = now_after(device);
-      const torch::Tensor logits =
-          ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
+      torch::Tensor loss;
+      {
+        Autocast autocast(device, session.precision);  // the loss itself is computed in fp32
+        const torch::Tensor logits =
+            ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
+        loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
+      }
       if (fault.due(global_step + 1, rank)) {
         if (fault.kind == "nan") loss = loss * std::nan("");
         if (fault.kind == "throw")
@@ -682,7 +693,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     r.images_per_second = train_seconds > 0 ? sums[1] / train_seconds : 0;
     Evaluation eval;
     if (o.evaluate) {
-      eval = evaluate(model, *test_set, loader_options, device, group.get(), rank, world_size);
+      eval = evaluate(model, *test_set, loader_options, device, session.precision, group.get(),
+                      rank, world_size);
       r.test_loss = eval.loss;
       r.test_acc = eval.accuracy;
       r.class_accuracy = eval.class_accuracy;

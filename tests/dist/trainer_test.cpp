@@ -102,6 +102,31 @@ TEST_F(TrainerTest, DeviceIsTheCpuWithoutAGpuAndCudaIsRefusedClearly) {
       << automatic.output;
 }
 
+// --precision bf16 really changes the arithmetic (other weights than fp32 after the same steps)
+// and still trains; an unknown precision is refused.
+TEST_F(TrainerTest, Bf16PrecisionRunsUnderAutocast) {
+  const auto bad = test::run({test::train_bin(), "--precision", "fp16"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--precision: unknown precision 'fp16'; use fp32 or bf16"),
+            std::string::npos)
+      << bad.output;
+  std::map<std::string, std::string> fingerprint;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const auto r =
+        test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1", "--max-steps",
+                   "3", "--batch-size", "16", "--no-eval", "--precision", precision},
+                  {}, 300s);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("precision = " + precision), std::string::npos) << r.output;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("train_loss ([0-9.]+)"))) << r.output;
+    EXPECT_TRUE(std::isfinite(std::stod(m[1])));
+    ASSERT_TRUE(std::regex_search(r.output, m, std::regex("fingerprint ([0-9a-f]+)")));
+    fingerprint[precision] = m[1];
+  }
+  EXPECT_NE(fingerprint["fp32"], fingerprint["bf16"]);
+}
+
 TEST_F(TrainerTest, MissingDataNamesThePath) {
   const auto r = test::run({test::train_bin(), "--data-dir", "/nonexistent/cifar"});
   EXPECT_EQ(r.exit_code, 1);

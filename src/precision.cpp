@@ -1,0 +1,37 @@
+#include "ddp/precision.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "ddp/error.h"
+#include "torch_compat.h"
+
+namespace ddp {
+
+Precision parse_precision(const std::string& text, const std::string& flag) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "bf16") return Precision::kBf16;
+  throw InvalidArgument(flag + " must be fp32 or bf16, not '" + text + "'");
+}
+
+std::string to_string(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "fp32";
+}
+
+Autocast::Autocast(torch::Device device, Precision precision) : device_type_(device.type()) {
+  if (precision == Precision::kFp32) return;
+  active_ = true;
+  was_enabled_ = compat::autocast_enabled(device_type_);
+  previous_dtype_ = compat::autocast_dtype(device_type_);
+  compat::set_autocast(device_type_, true, at::kBFloat16);
+  at::autocast::increment_nesting();
+}
+
+Autocast::~Autocast() {
+  if (!active_) return;
+  // Casts of the weights are cached for the scope (one cast per weight per forward); drop them
+  // when the outermost scope ends, as torch.autocast does, or they pin stale copies.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  compat::set_autocast(device_type_, was_enabled_, previous_dtype_);
+}
+
+}  // namespace ddp
