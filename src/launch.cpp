@@ -86,6 +86,7 @@ class Group {
   void emit(Worker& w, const std::string& line, bool is_stderr);
   void emit_live(Worker& w, const std::string& line);
   bool reap_one(Worker& w, bool block);
+  int root_cause();
 
   const LaunchOptions& o_;
   int port_;
@@ -171,6 +172,9 @@ void Group::spawn(Worker& w) {
   }
   ::close(out[1]);
   ::close(err[1]);
+  // Our ends never block: a worker that ignores SIGTERM (or a child of it that keeps the pipe
+  // open) must not stall the launcher before it sends SIGKILL.
+  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   w.pid = pid;
   w.running = true;
   w.out = Stream{out[0], "", false};
@@ -277,13 +281,43 @@ int Group::watch() {
       }
       const bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
       if (!ok) {
-        pump(w, w.out, true);
-        pump(w, w.err, true);
-        return int(i);
+        Worker& cause = workers_[size_t(root_cause())];
+        pump(cause, cause.out, true);
+        pump(cause, cause.err, true);
+        return int(&cause - workers_.data());
       }
       if (w.out.fd >= 0 || w.err.fd >= 0) all_done = false;  // output still draining
     }
     if (all_done) return -1;
+  }
+}
+
+// The failed worker to name. One that exited with kExitPeerFailure only saw another rank fail;
+// when that rank is on this node it exits at about the same moment (its sockets close as it
+// ends, which is what the peer noticed), so give it a second and name it instead. Bounded: a
+// hung peer never exits, and then the peer-failure rank is named with its message.
+int Group::root_cause() {
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  while (true) {
+    int symptom = -1;
+    bool any_running = false;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      if (w.running) reap_one(w, false);
+      if (w.running) {
+        any_running = true;
+        continue;
+      }
+      if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) continue;
+      if (!(WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitPeerFailure)) return int(i);
+      if (symptom < 0) symptom = int(i);
+    }
+    if (!any_running || Clock::now() >= deadline) return symptom;
+    for (auto& w : workers_) {  // keep the pipes flowing so that no worker blocks on output
+      pump(w, w.out, false);
+      pump(w, w.err, false);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // bounded by the deadline
   }
 }
 
@@ -319,6 +353,9 @@ void Group::stop(double grace) {
 
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+  if (WEXITSTATUS(status) == kExitPeerFailure)
+    return concat("exited with code ", kExitPeerFailure,
+                  " (it lost a peer: another rank exited or stopped answering)");
   return concat("exited with code ", WEXITSTATUS(status));
 }
 

@@ -77,9 +77,9 @@ void Work::wait() {
   try {
     work_->wait();
   } catch (const c10::Error& e) {
-    throw DistributedError(
-        concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what_without_backtrace()),
-               " (a peer rank exited, or stopped answering within the timeout)"));
+    throw PeerFailure(concat("rank ", rank_, ": ", what_,
+                             " failed: ", first_line(e.what_without_backtrace()),
+                             " (a peer rank exited, or stopped answering within the timeout)"));
   } catch (const std::exception& e) {
     throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
   }

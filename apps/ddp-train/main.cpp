@@ -150,6 +150,9 @@ int main(int argc, char** argv) {
   } catch (const ddp::InvalidArgument& e) {
     std::fprintf(stderr, "ddp-train%s: error: %s\n", rank_tag.c_str(), e.what());
     return kExitUsage;
+  } catch (const ddp::PeerFailure& e) {
+    std::fprintf(stderr, "ddp-train%s: error: %s\n", rank_tag.c_str(), e.what());
+    return ddp::kExitPeerFailure;  // the launcher then looks for the rank that caused it
   } catch (const ddp::Error& e) {
     std::fprintf(stderr, "ddp-train%s: error: %s\n", rank_tag.c_str(), e.what());
     return kExitError;

@@ -45,6 +45,13 @@ class DistributedError : public Error {
   using Error::Error;
 };
 
+/// A collective that failed because another rank exited or stopped answering: a symptom on this
+/// rank, whose cause is on another (exit with kExitPeerFailure from launch.h to say so).
+class PeerFailure : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
 namespace detail {
 inline void append(std::ostringstream&) {}
 template <typename T, typename... Rest>

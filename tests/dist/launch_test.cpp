@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ddp/data/synthetic.h"
+#include "ddp/launch.h"
 #include "support/process.h"
 
 namespace ddp {
@@ -189,6 +190,40 @@ TEST_F(LaunchTest, SigtermToTheLauncherStopsEveryWorker) {
   EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
   EXPECT_NE(r.output.find("received SIGTERM, stopping all workers"), std::string::npos) << r.output;
   EXPECT_TRUE(processes_with(marker()).empty());
+}
+
+// A rank that exits with kExitPeerFailure only saw another fail: the launcher names the rank that
+// failed for its own reason, even when that one exits a moment later.
+TEST_F(LaunchTest, NamesTheCauseNotTheRankThatLostItsPeer) {
+  const std::string symptom = std::to_string(kExitPeerFailure);
+  const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--", "/bin/sh", "-c",
+                            "if [ $RANK = 0 ]; then echo lost peer >&2; exit " + symptom +
+                                "; fi; sleep 0.3; echo the real error >&2; exit 4"},
+                           {}, 60s);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (local rank 1, pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(") exited with code 4; stopped the other workers"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("last stderr lines of rank 1:\n    the real error"), std::string::npos)
+      << r.output;
+}
+
+// When no other rank of the node fails (a hung peer, or a peer on another node), the rank that
+// lost its peer is named after a second, and says so; the hung one, deaf to SIGTERM, is killed
+// after the grace period.
+TEST_F(LaunchTest, NamesThePeerFailureWhenNoCauseExitsAndKillsTheHungRank) {
+  const std::string symptom = std::to_string(kExitPeerFailure);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      test::run({ddprun_bin(), "--nproc-per-node", "2", "--grace", "1", "--", "/bin/sh", "-c",
+                 "if [ $RANK = 0 ]; then exit " + symptom + "; fi; trap '' TERM; sleep 60"},
+                {}, 60s);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 0 (local rank 0, pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code " + symptom + " (it lost a peer"), std::string::npos)
+      << r.output;
 }
 
 TEST_F(LaunchTest, MaxRestartsRestartsTheGroupWithTheCountInTheEnvironment) {
