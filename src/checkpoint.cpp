@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -16,6 +17,7 @@
 
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
+#include "pickle_guard.h"
 #include "torch_compat.h"
 
 namespace ddp {
@@ -23,12 +25,6 @@ namespace {
 
 using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
 constexpr const char* kFormatName = "ddp.cpp checkpoint";
-
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // LibTorch 1.13's unpickler turns collections.OrderedDict into None (it expects one only as a
 // tensor's backward hooks) and has no SETITEM, so Python's torch.save(module.state_dict()) —
@@ -59,14 +55,21 @@ std::string rewrite_python_state_dict_pickle(std::string pkl) {
   return pkl;
 }
 
-c10::IValue unpickle_python_state_dict(const std::string& path) {
+// Unpickles the archive at `path` (a torch.save / pickle_save zip: data.pkl, tensors under
+// data/), after `rewrite` of the pickle bytes ("" from it: not readable this way).
+// Read from the file, not through torch::pickle_load(bytes): in LibTorch 1.13 that one reads
+// the zip through an in-memory adapter without bounds checks, and a forged zip header makes it
+// read past the buffer (found by fuzz/checkpoint_fuzz.cpp); the file adapter clamps every read.
+c10::IValue unpickle_archive(const std::string& path,
+                             const std::function<std::string(std::string)>& rewrite) {
   caffe2::serialize::PyTorchStreamReader zip(path);
   at::DataPtr data;
   size_t size = 0;
   std::tie(data, size) = zip.getRecord("data.pkl");
-  const std::string pkl =
-      rewrite_python_state_dict_pickle(std::string(static_cast<const char*>(data.get()), size));
+  const std::string pkl = rewrite(std::string(static_cast<const char*>(data.get()), size));
   if (pkl.empty()) throw Error("not a torch.save'd state_dict");
+  const std::string problem = pickle_framing_problem(pkl);
+  if (!problem.empty()) throw Error("data.pkl is damaged: " + problem);
   size_t pos = 0;
   torch::jit::Unpickler unpickler(
       [&](char* buf, size_t len) {
@@ -83,18 +86,34 @@ c10::IValue unpickle_python_state_dict(const std::string& path) {
 
 // Any pickled file: ours (pickle_for_python), or Python's torch.save of a dict or state_dict.
 c10::IValue load_pickle(const std::string& path) {
-  const std::vector<char> bytes = read_bytes(path);
+  if (!std::ifstream(path)) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
   try {
-    return torch::pickle_load(bytes);
-  } catch (const c10::Error& first) {
+    return unpickle_archive(path, [](std::string pkl) { return pkl; });
+  } catch (const std::exception& first) {
     try {
-      return unpickle_python_state_dict(path);
+      return unpickle_archive(path, rewrite_python_state_dict_pickle);
     } catch (const std::exception&) {
       throw DataError(
-          concat(path, ": not a readable checkpoint or state dict (",
-                 first_line(first.what_without_backtrace()),
+          concat(path, ": not a readable checkpoint or state dict (", first_line(first.what()),
                  "); the file is truncated or was not written by ddp.cpp or torch.save"));
     }
+  }
+}
+
+// A tensor whose sizes and strides reach past its storage (a forged file: the unpickler takes
+// them as written) would be read out of bounds; refuse it.
+void check_fits_storage(const torch::Tensor& t, const std::string& path, const std::string& name) {
+  if (!t.has_storage() || t.numel() == 0) return;
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) < 0) throw DataError(concat(path, ": tensor ", name, " has a negative stride"));
+    last += (t.size(d) - 1) * t.stride(d);
+  }
+  const auto needed = uint64_t(last + 1) * uint64_t(t.element_size());
+  if (t.storage_offset() < 0 || needed > t.storage().nbytes()) {
+    throw DataError(concat(path, ": tensor ", name, " of shape ", t.sizes(), " needs ", needed,
+                           " bytes but its storage holds ", t.storage().nbytes(),
+                           "; the file is damaged"));
   }
 }
 
@@ -107,7 +126,9 @@ std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const 
     if (!kv.key().isString() || !kv.value().isTensor()) {
       throw DataError(concat(path, ": ", what, " holds something other than named tensors"));
     }
-    out[kv.key().toStringRef()] = kv.value().toTensor();
+    const torch::Tensor& t = kv.value().toTensor();
+    check_fits_storage(t, path, kv.key().toStringRef());
+    out[kv.key().toStringRef()] = t;
   }
   return out;
 }
@@ -142,8 +163,14 @@ std::vector<char> pickle_for_python(const c10::IValue& value) {
 // checkpoint on a CPU machine, in Python without map_location).
 torch::Tensor for_file(const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); }
 
-// A tensor from a file as state of `param`: on its device, never sharing the file's storage.
-torch::Tensor for_param(const torch::Tensor& t, const torch::Tensor& param) {
+// A tensor from a file as state of `param` (its shape checked): on its device, never sharing
+// the file's storage.
+torch::Tensor for_param(const torch::Tensor& t, const torch::Tensor& param, const std::string& path,
+                        const std::string& name) {
+  if (t.sizes() != param.sizes()) {
+    throw DataError(concat(path, ": optimizer state of ", name, " has shape ", t.sizes(),
+                           ", the parameter ", param.sizes()));
+  }
   return t.to(param.device(), /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -219,7 +246,7 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
       auto m = momentum.find(p.key());
       if (m == momentum.end()) continue;
       auto fresh = std::make_unique<torch::optim::SGDParamState>();
-      fresh->momentum_buffer(for_param(m->second, p.value()));
+      fresh->momentum_buffer(for_param(m->second, p.value(), path, p.key()));
       states[compat::optimizer_state_key(p.value())] = std::move(fresh);
     }
     return;
@@ -233,10 +260,10 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
     auto a = exp_avg.find(p.key()), b = exp_avg_sq.find(p.key()), n = step.find(p.key());
     if (a == exp_avg.end() || b == exp_avg_sq.end() || n == step.end()) continue;
     auto fresh = std::make_unique<torch::optim::AdamParamState>();
-    fresh->exp_avg(for_param(a->second, p.value()));
-    fresh->exp_avg_sq(for_param(b->second, p.value()));
+    fresh->exp_avg(for_param(a->second, p.value(), path, p.key()));
+    fresh->exp_avg_sq(for_param(b->second, p.value(), path, p.key()));
     auto m = max_sq.find(p.key());
-    if (m != max_sq.end()) fresh->max_exp_avg_sq(for_param(m->second, p.value()));
+    if (m != max_sq.end()) fresh->max_exp_avg_sq(for_param(m->second, p.value(), path, p.key()));
     fresh->step(n->second.item<int64_t>());
     states[compat::optimizer_state_key(p.value())] = std::move(fresh);
   }
@@ -285,7 +312,10 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
   state.world_size = field(dict, "world_size", path).toInt();
   state.config = field(dict, "config", path).toStringRef();
   auto rng = dict.find("rng.torch");
-  if (rng != dict.end()) state.rng_state = rng->value().toTensor();
+  if (rng != dict.end()) {
+    state.rng_state = rng->value().toTensor();
+    check_fits_storage(state.rng_state, path, "rng.torch");
+  }
   return state;
 }
 

@@ -1,13 +1,16 @@
 #include "ddp/process_group.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "ddp/error.h"
 #include "torch_compat.h"
@@ -39,6 +42,29 @@ std::string route_address_to(const std::string& host, int port) {
   }
   ::close(fd);
   return result;
+}
+
+// Rank 0's store socket, bound to the master address only (not every interface), for LibTorch
+// versions whose TCPStore takes it (compat::kTcpStoreTakesListenFd); -1 on the others, whose
+// server binds by itself. Throws with strerror's words ("Address already in use") on failure.
+int store_listen_socket(const std::string& host, int port) {
+  if (!compat::kTcpStoreTakesListenFd) return -1;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found))
+    throw std::runtime_error(concat("cannot resolve ", host, ": ", gai_strerror(rc)));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int on = 1;
+  if (fd < 0 || ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+      ::bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error(concat("cannot listen on ", host, ":", port, ": ", why));
+  }
+  return fd;
 }
 
 }  // namespace
@@ -141,13 +167,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
-      store = compat::make_tcp_store(master_host, world.master_port, server, size,
-                                     options.rendezvous_timeout);
+      store = compat::make_tcp_store(
+          master_host, world.master_port, server, size, options.rendezvous_timeout,
+          server ? store_listen_socket(master_host, world.master_port) : -1);
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
-      store =
-          compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
+      store = compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout,
+                                     rank == 0 ? store_listen_socket(master_host, port) : -1);
     } else if (url.rfind("file://", 0) == 0) {
       const std::string path = url.substr(7);
       if (path.empty()) throw InvalidArgument("--init-method file:// needs a path: file:///tmp/x");

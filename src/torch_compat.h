@@ -86,9 +86,21 @@ inline c10::intrusive_ptr<GlooGroup> make_gloo(const c10::intrusive_ptr<c10d::St
   return c10::make_intrusive<GlooGroup>(store, rank, size, options);
 }
 
+// Whether the TCPStore server can take a socket that is already listening (masterListenFd,
+// in 2.4 and later): then it listens only on the address that socket is bound to. 1.13's
+// server always binds every interface of the host.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+constexpr bool kTcpStoreTakesListenFd = true;
+#else
+constexpr bool kTcpStoreTakesListenFd = false;
+#endif
+
+// `listen_fd`: a socket bound to host:port and listening, for the server (where
+// kTcpStoreTakesListenFd; the store then owns it), or -1.
 inline c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, int port,
                                                       bool is_server, int world_size,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout,
+                                                      int listen_fd = -1) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = is_server;
@@ -100,6 +112,11 @@ inline c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, i
   // 13's 2.6 is: "use_libuv was requested but PyTorch was build without libuv support"). The
   // classic server is in every build and talks to libuv clients alike.
   opts.useLibUV = false;
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (listen_fd >= 0) opts.masterListenFd = listen_fd;
+#else
+  (void)listen_fd;
 #endif
   return c10::make_intrusive<c10d::TCPStore>(host, opts);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
@@ -131,6 +132,11 @@ int main(int argc, char** argv) {
   std::string rank_tag;
   if (const char* r = std::getenv("RANK")) rank_tag = std::string(" (rank ") + r + ")";
   try {
+    if (args.size() == 1 && args[0] == "--version") {
+      std::printf("ddp-train, built against LibTorch %d.%d.%d\n", TORCH_VERSION_MAJOR,
+                  TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+      return 0;
+    }
     if (!args.empty() && args[0] == "make-data") {
       return make_data({args.begin() + 1, args.end()});
     }

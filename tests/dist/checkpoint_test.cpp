@@ -18,6 +18,7 @@
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "models/net.h"
+#include "src/pickle_guard.h"
 #include "support/process.h"
 
 namespace ddp {
@@ -350,6 +351,28 @@ TEST_F(CheckpointTest, KeepPrunesOldCheckpoints) {
   EXPECT_FALSE(path_exists(checkpoint_path(dir / "ck", 2)));
   EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 3)));
   EXPECT_TRUE(path_exists(checkpoint_path(dir / "ck", 4)));
+}
+
+// The framing check that keeps forged lengths away from LibTorch's unpickler (which would
+// reserve them): fuzz/checkpoint-corpus holds the files that made it allocate 4 GB.
+TEST(PickleGuard, AcceptsWellFramedPicklesAndNamesForgedLengths) {
+  using namespace std::string_literals;
+  // (Split literals where a hex escape is followed by a letter that is a hex digit.)
+  EXPECT_EQ(pickle_framing_problem("\x80\x02}q\x00X\x01\x00\x00\x00"
+                                   "aK\x01s."s),
+            "");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02"
+                                   "ccollections\nOrderedDict\nq\x00)R."s),
+            "");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02X\xfc\xff\xff\xff"
+                                   "ab."s),
+            "a length of 4294967292 at byte 2 runs past the end (10 bytes)");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02\xff."s),
+            "opcode 0xff at byte 2 is not a pickle opcode");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02}"s), "no STOP");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02"
+                                   "cos\nsys"s),
+            "unterminated line at byte 2");
 }
 
 }  // namespace
