@@ -7,13 +7,30 @@
 # package list is checked on Debian 13 too), copies the working tree in and runs
 # scripts/test.sh. Needs root (debootstrap, chroot, bind mounts).
 #
-# Usage: scripts/check-libtorch2.sh [ctest arguments, e.g. -R Ddp]
-#   DDP_TRIXIE_ROOT=/path   where the Debian 13 root lives (created if missing)
+# With --cuda it builds against Debian 13's CUDA LibTorch instead (libtorch-cuda-dev 2.6 from
+# contrib, the CUDA toolkit from non-free), in a root of its own: no GPU needed, it checks that
+# the CUDA and NCCL code paths compile and link (scripts/gpu-check.sh runs them on a GPU).
+#
+# Usage: scripts/check-libtorch2.sh [--cuda] [ctest arguments, e.g. -R Ddp]
+#   DDP_TRIXIE_ROOT=/path   where the Debian 13 root lives (created if missing; with --cuda the
+#                           default is /var/cache/ddp.cpp/trixie-cuda-root)
 #   DDP_TRIXIE_MIRROR=url   the Debian mirror (default http://deb.debian.org/debian)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-root=${DDP_TRIXIE_ROOT:-/var/cache/ddp.cpp/trixie-root}
+cuda=0
+if [[ ${1:-} == --cuda ]]; then
+  cuda=1
+  shift
+fi
+cpu_root=/var/cache/ddp.cpp/trixie-root
+if ((cuda)); then
+  root=${DDP_TRIXIE_ROOT:-/var/cache/ddp.cpp/trixie-cuda-root}
+  components="main contrib non-free"
+else
+  root=${DDP_TRIXIE_ROOT:-$cpu_root}
+  components="main"
+fi
 mirror=${DDP_TRIXIE_MIRROR:-http://deb.debian.org/debian}
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -28,11 +45,17 @@ log() { echo "check-libtorch2: $*"; }
 if [[ ! -f $root/.ddp-root-ready ]]; then
   command -v debootstrap >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
-  log "making a Debian 13 root in $root (a few minutes, once)"
   rm -rf "$root"
-  mkdir -p "$root"
-  debootstrap --variant=minbase trixie "$root" "$mirror"
-  echo "deb $mirror trixie main" >"$root/etc/apt/sources.list"
+  if ((cuda)) && [[ -f $cpu_root/.ddp-root-ready ]] && ! mountpoint -q "$cpu_root"; then
+    log "copying the Debian 13 root $cpu_root to $root"
+    cp -a "$cpu_root" "$root"
+    rm -rf "$root/src"
+  else
+    log "making a Debian 13 root in $root (a few minutes, once)"
+    mkdir -p "$root"
+    debootstrap --variant=minbase trixie "$root" "$mirror"
+  fi
+  echo "deb $mirror trixie $components" >"$root/etc/apt/sources.list"
   touch "$root/.ddp-root-ready"
 fi
 
@@ -68,6 +91,14 @@ git -C "$repo" ls-files -z --cached --others --exclude-standard |
 # 4. The README's setup and test commands, inside Debian 13.
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   LANG=C.UTF-8 bash -c "$1"; }
+if ((cuda)); then
+  log "setup and build against the CUDA LibTorch inside Debian 13"
+  in_root "cd /src/ddp.cpp && DDP_LIBTORCH=cuda scripts/setup.sh" | tee "$root/cuda-build.log"
+  grep -q "ddp: LibTorch has CUDA" "$root/cuda-build.log" ||
+    { log "FAILED: CMake did not see CUDA in that LibTorch"; exit 1; }
+  log "built against $(in_root "dpkg-query -W -f='\${Package} \${Version}' libtorch-cuda-dev")"
+  exit 0
+fi
 log "setup inside Debian 13"
 in_root "cd /src/ddp.cpp && scripts/setup.sh"
 in_root "dpkg-query -W -f='built against libtorch-dev \${Version}\n' libtorch-dev"

@@ -20,6 +20,19 @@ packages=(
   clang libclang-rt-dev               # the libFuzzer target for the data set readers
 )
 
+# DDP_LIBTORCH=cuda (Debian 13 with contrib and non-free): LibTorch 2.6 built with CUDA and
+# NCCL, the CUDA toolkit its CMake package looks for, and Gloo built with CUDA to match; no
+# python3-torch (the CUDA one conflicts with it), so this builds but does not run the tests
+# (scripts/check-libtorch2.sh --cuda).
+if [[ ${DDP_LIBTORCH:-} == cuda ]]; then
+  cpu_only=(libtorch-dev libgloo-dev python3-torch python3-torchvision)
+  kept=()
+  for p in "${packages[@]}"; do
+    [[ " ${cpu_only[*]} " == *" $p "* ]] || kept+=("$p")
+  done
+  packages=("${kept[@]}" libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit)
+fi
+
 # Debian 13's LibTorch 2.6 is built with c10d's MPI backend, whose header includes <mpi.h>.
 libtorch_version=$(apt-cache show --no-all-versions libtorch-dev 2>/dev/null | sed -n 's/^Version: //p')
 if [[ $libtorch_version == 2.* ]]; then
