@@ -22,7 +22,7 @@ packages=(
 
 # DDP_LIBTORCH=cuda (Debian 13 with contrib and non-free): LibTorch 2.6 built with CUDA and
 # NCCL, the CUDA toolkit its CMake package looks for, and Gloo built with CUDA to match; no
-# python3-torch (the CUDA one conflicts with it), so this builds but does not run the tests
+# python3-torch (the CUDA one conflicts with it), so this compiles but does not run the tests
 # (scripts/check-libtorch2.sh --cuda).
 if [[ ${DDP_LIBTORCH:-} == cuda ]]; then
   cpu_only=(libtorch-dev libgloo-dev python3-torch python3-torchvision)
@@ -30,7 +30,7 @@ if [[ ${DDP_LIBTORCH:-} == cuda ]]; then
   for p in "${packages[@]}"; do
     [[ " ${cpu_only[*]} " == *" $p "* ]] || kept+=("$p")
   done
-  packages=("${kept[@]}" libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-toolkit)
+  packages=("${kept[@]}" libtorch-cuda-dev libgloo-cuda-dev libnccl-dev nvidia-cuda-toolkit)
 fi
 
 # Debian 13's LibTorch 2.6 is built with c10d's MPI backend, whose header includes <mpi.h>.
@@ -51,6 +51,8 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# DDP_SETUP_BUILD=0: the packages only (scripts/check-libtorch2.sh --cuda builds what it can).
+[[ ${DDP_SETUP_BUILD:-1} == 0 ]] && exit 0
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build -j "$(nproc)"
 echo "setup: built build/ddp-train and build/ddprun"
