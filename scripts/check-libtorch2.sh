@@ -81,10 +81,10 @@ bind sys
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 # 3. The working tree (tracked and untracked-but-not-ignored files), fresh each run; the build
-#    folder inside the root is kept so an unchanged tree rebuilds quickly.
+#    folders inside the root are kept so an unchanged tree rebuilds quickly.
 src=$root/src/ddp.cpp
 mkdir -p "$src"
-find "$src" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf {} +
+find "$src" -mindepth 1 -maxdepth 1 ! -name build ! -name build-cuda -exec rm -rf {} +
 git -C "$repo" ls-files -z --cached --others --exclude-standard |
   tar -C "$repo" --null -T - -cf - | tar -C "$src" -xf -
 
@@ -96,7 +96,8 @@ if ((cuda)); then
   # nvidia-cudnn, which the CUDA LibTorch depends on, is an installer that downloads cuDNN from
   # nvidia.com (not reachable here): its postinst is made a no-op so that the rest configures.
   # Without cuDNN's library the programs link only with --allow-shlib-undefined and cannot
-  # start, so this compiles and links everything but runs nothing.
+  # start, so this compiles and links everything but runs nothing (not even the test binaries'
+  # listing at build time: discovery is left to ctest).
   in_root "export DEBIAN_FRONTEND=noninteractive; apt-get update -q &&
     { apt-get install -y -q --no-install-recommends nvidia-cudnn ||
       { printf '#!/bin/sh\nexit 0\n' >/var/lib/dpkg/info/nvidia-cudnn.postinst &&
@@ -104,7 +105,8 @@ if ((cuda)); then
   in_root "cd /src/ddp.cpp && DDP_LIBTORCH=cuda DDP_SETUP_BUILD=0 scripts/setup.sh"
   log "compiling against the CUDA LibTorch"
   in_root "cd /src/ddp.cpp && cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined" | tee "$root/cuda-configure.log"
+    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST" | tee "$root/cuda-configure.log"
   grep -q "ddp: LibTorch has CUDA and c10d's NCCL backend" "$root/cuda-configure.log" ||
     { log "FAILED: CMake did not find CUDA and NCCL in that LibTorch"; exit 1; }
   in_root "cd /src/ddp.cpp && cmake --build build-cuda -j$(nproc)" | tee "$root/cuda-build.log"
