@@ -20,7 +20,12 @@ namespace ddp::data {
 namespace {
 
 using CurlPtr = std::unique_ptr<CURL, decltype(&curl_easy_cleanup)>;
-using FilePtr = std::unique_ptr<std::FILE, decltype(&std::fclose)>;
+// A deleter type rather than decltype(&std::fclose): glibc 2.41 gives fclose attributes that a
+// function-pointer template argument drops (GCC 14 -Wignored-attributes).
+struct CloseFile {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, CloseFile>;
 using ArchivePtr = std::unique_ptr<struct archive, decltype(&archive_read_free)>;
 using ArchiveWriterPtr = std::unique_ptr<struct archive, decltype(&archive_write_free)>;
 
@@ -34,7 +39,7 @@ bool cifar_complete(const std::string& root) {
 }
 
 void fetch(const std::string& url, const std::string& dest, long timeout_seconds) {
-  FilePtr out(std::fopen(dest.c_str(), "wb"), &std::fclose);
+  FilePtr out(std::fopen(dest.c_str(), "wb"));
   if (!out) throw IoError(concat("cannot create ", dest, ": ", std::strerror(errno)));
   CurlPtr curl(curl_easy_init(), &curl_easy_cleanup);
   if (!curl) throw IoError("libcurl: curl_easy_init failed");
@@ -112,7 +117,7 @@ void remove_tree(const std::string& path) {
 }  // namespace
 
 std::string md5_file(const std::string& path) {
-  FilePtr in(std::fopen(path.c_str(), "rb"), &std::fclose);
+  FilePtr in(std::fopen(path.c_str(), "rb"));
   if (!in) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr);

@@ -75,7 +75,7 @@ TEST(Gpu, DdpOnNcclGivesTheLocalGradientsWithBucketsOnTheGpu) {
   torch::nn::functional::cross_entropy(ddp.forward(x), y).backward();
   torch::nn::functional::cross_entropy(local->forward(x), y).backward();
   for (size_t i = 0; i < local->parameters().size(); ++i) {
-    const torch::Tensor& g = wrapped->parameters()[i].grad();
+    const torch::Tensor g = wrapped->parameters()[i].grad();
     EXPECT_TRUE(g.is_cuda()) << "parameter " << i;
     EXPECT_TRUE(torch::allclose(g, local->parameters()[i].grad(), 1e-5, 1e-6)) << "parameter " << i;
   }
