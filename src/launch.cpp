@@ -52,6 +52,9 @@ struct Worker {
   std::unique_ptr<std::ofstream> log;
 };
 
+// Whether a waitpid() status is a normal exit with `code`.
+bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
 int pick_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -279,12 +282,12 @@ int Group::watch() {
         all_done = false;
         continue;
       }
-      const bool ok = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
-      if (!ok) {
-        Worker& cause = workers_[size_t(root_cause())];
-        pump(cause, cause.out, true);
-        pump(cause, cause.err, true);
-        return int(&cause - workers_.data());
+      if (!exited_with(w.status, 0)) {
+        const int cause = root_cause();
+        Worker& named = workers_[size_t(cause)];
+        pump(named, named.out, true);
+        pump(named, named.err, true);
+        return cause;
       }
       if (w.out.fd >= 0 || w.err.fd >= 0) all_done = false;  // output still draining
     }
@@ -308,8 +311,8 @@ int Group::root_cause() {
         any_running = true;
         continue;
       }
-      if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) continue;
-      if (!(WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitPeerFailure)) return int(i);
+      if (exited_with(w.status, 0)) continue;
+      if (!exited_with(w.status, kExitPeerFailure)) return int(i);
       if (symptom < 0) symptom = int(i);
     }
     if (!any_running || Clock::now() >= deadline) return symptom;
@@ -353,7 +356,7 @@ void Group::stop(double grace) {
 
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
-  if (WEXITSTATUS(status) == kExitPeerFailure)
+  if (exited_with(status, kExitPeerFailure))
     return concat("exited with code ", kExitPeerFailure,
                   " (it lost a peer: another rank exited or stopped answering)");
   return concat("exited with code ", WEXITSTATUS(status));

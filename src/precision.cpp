@@ -10,7 +10,7 @@ namespace ddp {
 Precision parse_precision(const std::string& text, const std::string& flag) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
-  throw InvalidArgument(flag + " must be fp32 or bf16, not '" + text + "'");
+  throw InvalidArgument(concat(flag, ": unknown precision '", text, "'; use fp32 or bf16"));
 }
 
 std::string to_string(Precision precision) {

@@ -67,6 +67,13 @@ int store_listen_socket(const std::string& host, int port) {
   return fd;
 }
 
+// The rendezvous TCPStore; the server listens on `host` only where LibTorch allows it.
+c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, bool is_server,
+                                          int world_size, std::chrono::milliseconds timeout) {
+  return compat::make_tcp_store(host, port, is_server, world_size, timeout,
+                                is_server ? store_listen_socket(host, port) : -1);
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& host) {
@@ -167,14 +174,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
-      store = compat::make_tcp_store(
-          master_host, world.master_port, server, size, options.rendezvous_timeout,
-          server ? store_listen_socket(master_host, world.master_port) : -1);
+      store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout);
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
-      store = compat::make_tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout,
-                                     rank == 0 ? store_listen_socket(master_host, port) : -1);
+      store = tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
     } else if (url.rfind("file://", 0) == 0) {
       const std::string path = url.substr(7);
       if (path.empty()) throw InvalidArgument("--init-method file:// needs a path: file:///tmp/x");

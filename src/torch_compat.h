@@ -4,6 +4,11 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/api/include/torch/version.h>
+
+// True when building against LibTorch major.minor or later.
+#define DDP_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||      \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 #if defined(USE_C10D_NCCL)
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -89,7 +94,7 @@ inline c10::intrusive_ptr<GlooGroup> make_gloo(const c10::intrusive_ptr<c10d::St
 // Whether the TCPStore server can take a socket that is already listening (masterListenFd,
 // in 2.4 and later): then it listens only on the address that socket is bound to. 1.13's
 // server always binds every interface of the host.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if DDP_TORCH_AT_LEAST(2, 4)
 constexpr bool kTcpStoreTakesListenFd = true;
 #else
 constexpr bool kTcpStoreTakesListenFd = false;
@@ -107,13 +112,13 @@ inline c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, i
   opts.numWorkers = world_size;
   opts.waitWorkers = false;  // ddp checks that every rank arrived itself, with a clear message
   opts.timeout = timeout;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#if DDP_TORCH_AT_LEAST(2, 2)
   // From 2.4 the default is the libuv server, which a LibTorch may be built without (Debian
   // 13's 2.6 is: "use_libuv was requested but PyTorch was build without libuv support"). The
   // classic server is in every build and talks to libuv clients alike.
   opts.useLibUV = false;
 #endif
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if DDP_TORCH_AT_LEAST(2, 4)
   if (listen_fd >= 0) opts.masterListenFd = listen_fd;
 #else
   (void)listen_fd;
@@ -143,7 +148,7 @@ inline void add_post_hook(torch::autograd::Node& node, std::function<void()> fn)
 
 // Autocast's switches: per device type from 2.4 (set_autocast_enabled(kCPU, ...)); before
 // that one function per device (set_cpu_enabled, set_enabled for CUDA), deprecated in 2.4.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if DDP_TORCH_AT_LEAST(2, 4)
 inline bool autocast_enabled(c10::DeviceType type) {
   return at::autocast::is_autocast_enabled(type);
 }

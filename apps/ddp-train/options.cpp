@@ -10,6 +10,7 @@
 #include "ddp/comm_hook.h"
 #include "ddp/data/dataset.h"
 #include "ddp/error.h"
+#include "ddp/precision.h"
 
 namespace ddp::train {
 namespace {
@@ -179,7 +180,7 @@ const std::vector<Flag>& flags() {
        "and linear layers in bfloat16; weights, gradients and the optimizer stay fp32); fast "
        "only on CPUs with AVX512-BF16 or AMX, and on GPUs",
        [](O& o, const std::string& v) {
-         o.precision = one_of("--precision", "precision", v, {"fp32", "bf16"});
+         o.precision = to_string(parse_precision(v, "--precision"));
        }},
       {"--backend", "NAME",
        "gloo (the default on the CPU) or nccl (the default on a GPU; CUDA builds of LibTorch); mpi "

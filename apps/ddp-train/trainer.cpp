@@ -102,6 +102,14 @@ struct Evaluation {
   std::vector<double> class_accuracy;  // by label
 };
 
+// The model's forward pass (`forward`) under `precision`'s autocast, its logits returned in fp32
+// so that the loss and the accuracy are computed in fp32 whatever the precision.
+template <class Forward>
+torch::Tensor fp32_logits(torch::Device device, Precision precision, const Forward& forward) {
+  Autocast autocast(device, precision);
+  return forward().to(torch::kFloat);
+}
+
 // Each rank evaluates a contiguous, disjoint slice of the test set; sums are all-reduced, so the
 // result covers every test image exactly once.
 Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const data::Dataset& test,
@@ -126,11 +134,8 @@ Evaluation evaluate(const std::shared_ptr<models::ClassifierImpl>& model, const 
                 class_count = torch::zeros({classes}, torch::kFloat64);
   while (auto batch = loader.next()) {
     batch->to(device);
-    torch::Tensor logits;
-    {
-      Autocast autocast(device, precision);
-      logits = model->forward(batch->images).to(torch::kFloat);
-    }
+    const torch::Tensor logits =
+        fp32_logits(device, precision, [&] { return model->forward(batch->images); });
     sums[0] += torch::nn::functional::cross_entropy(
                    logits, batch->labels,
                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -622,13 +627,10 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       if (!batch) break;
       batch->to(device);
       auto t1 = now_after(device);
-      torch::Tensor loss;
-      {
-        Autocast autocast(device, session.precision);  // the loss itself is computed in fp32
-        const torch::Tensor logits =
-            ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
-        loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
-      }
+      const torch::Tensor logits = fp32_logits(device, session.precision, [&] {
+        return ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
+      });
+      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch->labels);
       if (fault.due(global_step + 1, rank)) {
         if (fault.kind == "nan") loss = loss * std::nan("");
         if (fault.kind == "throw")

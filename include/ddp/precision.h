@@ -14,7 +14,8 @@ namespace ddp {
 /// bfloat16 on the CPU or a GPU; needs no loss scaling, unlike fp16).
 enum class Precision { kFp32, kBf16 };
 
-/// Parses "fp32" or "bf16"; throws InvalidArgument naming `flag` otherwise.
+/// Parses "fp32" or "bf16"; throws InvalidArgument naming `flag` otherwise ("--precision:
+/// unknown precision 'fp16'; use fp32 or bf16").
 Precision parse_precision(const std::string& text, const std::string& flag = "--precision");
 std::string to_string(Precision precision);
 
