@@ -30,17 +30,10 @@ netns_pair_up "$rate"
 
 # Runs PROGRAM ARGS... as one worker on each "host"; rank 0's output goes to $tmp/a.log.
 two_hosts() {
-  local common=(--nnodes 2 --master-addr "$addr_a" --master-port 29561 --nproc-per-node 1 --rank0-only --)
-  ip netns exec "$ns_a" timeout 900 build/ddprun --node-rank 0 "${common[@]}" "$@" >"$tmp/a.log" 2>&1 &
-  local pa=$!
-  ip netns exec "$ns_b" timeout 900 build/ddprun --node-rank 1 "${common[@]}" "$@" >"$tmp/b.log" 2>&1 &
-  local pb=$!
-  local ra=0 rb=0
-  wait "$pa" || ra=$?
-  wait "$pb" || rb=$?
-  if ((ra || rb)); then
+  if ! netns_run_two_nodes 900 build/ddprun "$tmp/a.log" "$tmp/b.log" --master-port 29561 \
+    --nproc-per-node 1 --rank0-only -- "$@"; then
     cat "$tmp/a.log" "$tmp/b.log" >&2
-    echo "bench/allreduce.sh: a host failed (exit $ra, $rb)" >&2
+    echo "bench/allreduce.sh: a host failed (exit $netns_rc_a, $netns_rc_b)" >&2
     exit 1
   fi
 }

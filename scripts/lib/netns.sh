@@ -30,3 +30,21 @@ netns_pair_up() {
       ip netns exec "$ns_b" tc qdisc add dev "$veth_b" root tbf rate "$rate" burst 128kb latency 50ms
   fi
 }
+
+# Runs one ddprun node in each namespace: `DDPRUN --nnodes 2 --master-addr $addr_a --node-rank R
+# ARGS...`, node 0 in $ns_a and node 1 in $ns_b, each bounded by SECONDS, their output in LOG_A
+# and LOG_B. Sets netns_rc_a and netns_rc_b to their exit codes; fails when either failed.
+# usage: netns_run_two_nodes SECONDS DDPRUN LOG_A LOG_B ARGS...
+netns_run_two_nodes() {
+  local seconds=$1 ddprun=$2 log_a=$3 log_b=$4
+  shift 4
+  local both=(--nnodes 2 --master-addr "$addr_a")
+  ip netns exec "$ns_a" timeout "$seconds" "$ddprun" "${both[@]}" --node-rank 0 "$@" >"$log_a" 2>&1 &
+  local pa=$!
+  ip netns exec "$ns_b" timeout "$seconds" "$ddprun" "${both[@]}" --node-rank 1 "$@" >"$log_b" 2>&1 &
+  local pb=$!
+  netns_rc_a=0 netns_rc_b=0
+  wait "$pa" || netns_rc_a=$?
+  wait "$pb" || netns_rc_b=$?
+  ((netns_rc_a == 0 && netns_rc_b == 0))
+}

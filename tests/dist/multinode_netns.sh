@@ -16,14 +16,10 @@ netns_pair_up || { echo "FAIL: could not make the network namespaces"; exit 1; }
 a=$ns_a b=$ns_b
 
 "$train" make-data --out "$tmp/data" --train 1000 --test 200 >/dev/null
-common=(--nnodes 2 --master-addr $addr_a --master-port 29555 --nproc-per-node 2 --)
 job=("$train" --data-dir "$tmp/data" --epochs 1 --max-steps 5 --rendezvous-timeout 60 --timeout 60)
-ip netns exec "$a" timeout 200 "$ddprun" --node-rank 0 "${common[@]}" "${job[@]}" >"$tmp/a.log" 2>&1 &
-pa=$!
-ip netns exec "$b" timeout 200 "$ddprun" --node-rank 1 "${common[@]}" "${job[@]}" >"$tmp/b.log" 2>&1 &
-pb=$!
-wait "$pa"; ra=$?
-wait "$pb"; rb=$?
+netns_run_two_nodes 200 "$ddprun" "$tmp/a.log" "$tmp/b.log" --master-port 29555 \
+  --nproc-per-node 2 -- "${job[@]}"
+ra=$netns_rc_a rb=$netns_rc_b
 echo "--- node 0 ($addr_a), exit $ra"; cat "$tmp/a.log"
 echo "--- node 1 ($addr_b), exit $rb"; cat "$tmp/b.log"
 [[ $ra -eq 0 && $rb -eq 0 ]] || { echo "FAIL: a node failed"; exit 1; }
