@@ -121,5 +121,5 @@ log "setup inside Debian 13"
 in_root "cd /src/ddp.cpp && scripts/setup.sh"
 in_root "dpkg-query -W -f='built against libtorch-dev \${Version}\n' libtorch-dev"
 log "tests inside Debian 13"
-in_root "cd /src/ddp.cpp && scripts/test.sh $*"
+in_root "cd /src/ddp.cpp && scripts/test.sh $(printf '%q ' "$@")"  # quoted: -R "a|b" stays one
 log "passed against LibTorch $(in_root "dpkg-query -W -f='\${Version}' libtorch-dev")"
