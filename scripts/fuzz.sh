@@ -2,16 +2,24 @@
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time: the
 # data set readers (CIFAR-10, IDX) and the checkpoint loader (our checkpoints and exports,
 # Python's torch.save; LibTorch itself is linked, not instrumented).
-# usage: scripts/fuzz.sh [SECONDS per target (30)] [OUTPUT DIR (build/fuzz)]
+# usage: scripts/fuzz.sh [SECONDS per target (30)] [OUTPUT DIR (build/fuzz)] [SEED (1)]
+# The test suite runs a fixed SEED, so that a CI run explores the same inputs each time and a
+# failure reproduces; SEED 0 draws a new one per run, to search further (e.g. 600 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-30}
 out=${2:-build/fuzz}
+seed=${3:-1}
+if ! [[ $seconds =~ ^[1-9][0-9]*$ && $seed =~ ^[0-9]+$ ]]; then
+  echo "usage: scripts/fuzz.sh [SECONDS >= 1] [OUTPUT DIR] [SEED >= 0]" >&2
+  exit 2
+fi
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
   -Iinclude -Isrc -DUSE_DISTRIBUTED -DUSE_C10D_GLOO)
 # -rss_limit_mb and -malloc_limit_mb bound what one input may allocate; -timeout its time.
-run=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
-  -print_final_stats=1)
+# A finding is written to $out/ (crash-*, oom-*, timeout-*), named in the log.
+run=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
+  -print_final_stats=1 -artifact_prefix="$out/")
 
 mkdir -p "$out/corpus" "$out/checkpoint-corpus"
 cp -n fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
@@ -24,7 +32,8 @@ clang++ "${flags[@]}" fuzz/dataset_fuzz.cpp src/data/cifar10.cpp src/data/idx.cp
 # torch.save'd state dict, the other format the loader reads.
 clang++ "${flags[@]}" -I/usr/include/torch/csrc/api/include fuzz/checkpoint_fuzz.cpp \
   src/checkpoint.cpp src/pickle_guard.cpp src/atomic_file.cpp -ltorch -ltorch_cpu -lc10 -o "$out/checkpoint_fuzz"
-/usr/bin/python3 -c 'import sys, torch; torch.save(torch.nn.Linear(3, 2).state_dict(), sys.argv[1])' \
+/usr/bin/python3 -c 'import sys, torch; torch.manual_seed(0)
+torch.save(torch.nn.Linear(3, 2).state_dict(), sys.argv[1])' \
   "$out/checkpoint-corpus/seed-python.pt"
 # Leak checking is off for this one: LibTorch 1.13's PyTorchStreamReader leaks its miniz reader
 # (~1.7 KB, frames only in libtorch_cpu) when its constructor throws on a bad zip.

@@ -109,6 +109,18 @@ Layout layout_of(uint8_t op) {
 }
 // clang-format on
 
+// LibTorch 1.13's Unpickler::setInput fills the memo with empty values up to a BINPUT's id, so
+// LONG_BINPUT 0x45000000 allocates 18 GB. Picklers number memo entries 0, 1, 2, ... and each
+// takes at least one opcode byte, so a real id is below the pickle's length; that bounds the
+// memo at 16 bytes (one IValue) per byte of input.
+std::string memo_id_problem(const std::string& pickle, size_t start) {
+  uint64_t id = 0;
+  for (size_t i = 4; i >= 1; --i) id = id << 8 | uint8_t(pickle[start + i]);
+  if (id < pickle.size()) return "";
+  return concat("a memo id of ", id, " at byte ", start, " is beyond the pickle's ", pickle.size(),
+                " bytes");
+}
+
 }  // namespace
 
 std::string pickle_framing_problem(const std::string& pickle) {
@@ -129,6 +141,10 @@ std::string pickle_framing_problem(const std::string& pickle) {
         break;
       case Arg::kFixed:
         at += size_t(layout.size);
+        if (op == 'r' && at <= n) {  // LONG_BINPUT
+          const std::string problem = memo_id_problem(pickle, start);
+          if (!problem.empty()) return problem;
+        }
         break;
       case Arg::kLength: {
         if (n - at < size_t(layout.size)) return concat("truncated length at byte ", start);

@@ -367,6 +367,9 @@ TEST(PickleGuard, AcceptsWellFramedPicklesAndNamesForgedLengths) {
   EXPECT_EQ(pickle_framing_problem("\x80\x02X\xfc\xff\xff\xff"
                                    "ab."s),
             "a length of 4294967292 at byte 2 runs past the end (10 bytes)");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02}r\x00\x00\x00\x45."s),
+            "a memo id of 1157627904 at byte 3 is beyond the pickle's 9 bytes");
+  EXPECT_EQ(pickle_framing_problem("\x80\x02}r\x00\x00\x00\x00."s), "");
   EXPECT_EQ(pickle_framing_problem("\x80\x02\xff."s),
             "opcode 0xff at byte 2 is not a pickle opcode");
   EXPECT_EQ(pickle_framing_problem("\x80\x02}"s), "no STOP");
