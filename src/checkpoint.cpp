@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -60,6 +61,26 @@ std::string rewrite_python_state_dict_pickle(std::string pkl) {
 // Read from the file, not through torch::pickle_load(bytes): in LibTorch 1.13 that one reads
 // the zip through an in-memory adapter without bounds checks, and a forged zip header makes it
 // read past the buffer (found by fuzz/checkpoint_fuzz.cpp); the file adapter clamps every read.
+// LibTorch 1.13's unpickler sizes each storage by the element count the pickle states, not by
+// the record it read from the zip, so a forged count gives a tensor that reads past its buffer
+// (found by fuzz/checkpoint_fuzz.cpp: a read of the null page inside copy_ for an empty record).
+// `record_bytes` maps each buffer read from the archive to its size; a storage the unpickler
+// allocated itself is not in it and is sized right.
+void check_storages_fit_records(const c10::IValue& value,
+                                const std::map<const void*, size_t>& record_bytes) {
+  value.visit([&](const c10::IValue& v) {
+    if (!v.isTensor()) return false;  // look inside
+    const torch::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.has_storage()) return true;
+    const auto record = record_bytes.find(t.storage().data_ptr().get());
+    if (record != record_bytes.end() && record->second < t.storage().nbytes()) {
+      throw Error(concat("a tensor's storage claims ", t.storage().nbytes(),
+                         " bytes but its record in the archive holds ", record->second));
+    }
+    return true;
+  });
+}
+
 c10::IValue unpickle_archive(const std::string& path,
                              const std::function<std::string(std::string)>& rewrite) {
   caffe2::serialize::PyTorchStreamReader zip(path);
@@ -71,6 +92,7 @@ c10::IValue unpickle_archive(const std::string& path,
   const std::string problem = pickle_framing_problem(pkl);
   if (!problem.empty()) throw Error("data.pkl is damaged: " + problem);
   size_t pos = 0;
+  std::map<const void*, size_t> record_bytes;
   torch::jit::Unpickler unpickler(
       [&](char* buf, size_t len) {
         const size_t n = std::min(len, pkl.size() - pos);
@@ -79,9 +101,17 @@ c10::IValue unpickle_archive(const std::string& path,
         return n;
       },
       nullptr, nullptr,
-      [&](const std::string& name) { return std::get<0>(zip.getRecord("data/" + name)); },
+      [&](const std::string& name) {
+        at::DataPtr record;
+        size_t record_size = 0;
+        std::tie(record, record_size) = zip.getRecord("data/" + name);
+        record_bytes[record.get()] = record_size;
+        return record;
+      },
       c10::nullopt);
-  return unpickler.parse_ivalue();
+  c10::IValue value = unpickler.parse_ivalue();
+  check_storages_fit_records(value, record_bytes);
+  return value;
 }
 
 // Any pickled file: ours (pickle_for_python), or Python's torch.save of a dict or state_dict.

@@ -380,3 +380,18 @@ TEST(PickleGuard, AcceptsWellFramedPicklesAndNamesForgedLengths) {
 
 }  // namespace
 }  // namespace ddp
+
+// LibTorch 1.13 sizes a storage by the pickle's element count, not by its record: this file
+// (found by fuzz/checkpoint_fuzz.cpp) made copy_ read the null page through an empty record.
+TEST(CheckpointForgery, AStorageLargerThanItsRecordIsRefused) {
+  const std::string path =
+      std::string(DDP_SOURCE_DIR) + "/fuzz/checkpoint-corpus/regression-storage-beyond-record";
+  try {
+    ddp::read_state_dict(path);
+    FAIL() << "loaded a forged file";
+  } catch (const ddp::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes but its record in the archive holds"),
+              std::string::npos)
+        << e.what();
+  }
+}
