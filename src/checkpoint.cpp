@@ -56,11 +56,6 @@ std::string rewrite_python_state_dict_pickle(std::string pkl) {
   return pkl;
 }
 
-// Unpickles the archive at `path` (a torch.save / pickle_save zip: data.pkl, tensors under
-// data/), after `rewrite` of the pickle bytes ("" from it: not readable this way).
-// Read from the file, not through torch::pickle_load(bytes): in LibTorch 1.13 that one reads
-// the zip through an in-memory adapter without bounds checks, and a forged zip header makes it
-// read past the buffer (found by fuzz/checkpoint_fuzz.cpp); the file adapter clamps every read.
 // LibTorch 1.13's unpickler sizes each storage by the element count the pickle states, not by
 // the record it read from the zip, so a forged count gives a tensor that reads past its buffer
 // (found by fuzz/checkpoint_fuzz.cpp: a read of the null page inside copy_ for an empty record).
@@ -81,6 +76,11 @@ void check_storages_fit_records(const c10::IValue& value,
   });
 }
 
+// Unpickles the archive at `path` (a torch.save / pickle_save zip: data.pkl, tensors under
+// data/), after `rewrite` of the pickle bytes ("" from it: not readable this way).
+// Read from the file, not through torch::pickle_load(bytes): in LibTorch 1.13 that one reads
+// the zip through an in-memory adapter without bounds checks, and a forged zip header makes it
+// read past the buffer (found by fuzz/checkpoint_fuzz.cpp); the file adapter clamps every read.
 c10::IValue unpickle_archive(const std::string& path,
                              const std::function<std::string(std::string)>& rewrite) {
   caffe2::serialize::PyTorchStreamReader zip(path);
