@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "ddp/allocator.h"
 #include "ddp/atomic_file.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data/dataset.h"
@@ -309,6 +310,8 @@ struct Session {
 
 Session open_session(const TrainOptions& o, const WorldInfo& world) {
   const bool is_root = world.rank == 0;
+  // Before any large tensor: each step's activations then reuse the last step's memory.
+  const AllocatorPolicy allocator = retain_freed_memory();
   std::string thread_reason;
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);
@@ -332,6 +335,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
         "(%s)\n",
         world.world_size, world.source.c_str(), s.device.is_cuda() ? "cuda:LOCAL_RANK" : "cpu",
         world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
+    std::printf("memory: %s\n", to_string(allocator).c_str());
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);
