@@ -11,3 +11,23 @@ ensure_bench_data() {
 median() {
   printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# A free TCP port on loopback.
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# images/s of the Python reference (bench/reference_ddp.py): 4 workers x 1 thread, STEPS steps
+# of 64 images per worker on $bench_data.
+reference_images_per_second() {
+  /usr/bin/python3 bench/reference_ddp.py --data-dir "$bench_data" --world-size 4 --threads 1 \
+    --epochs 1 --max-steps "$1" --no-eval --port "$(free_port)" 2>/dev/null |
+    sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p'
+}
+
+# images/s of ddp-train with the reference settings (4 workers, batch 64) on $bench_data, STEPS
+# steps, then any further flags.
+ddp_train_images_per_second() {
+  local steps=$1
+  shift
+  build/ddp-train --nproc-per-node 4 --data-dir "$bench_data" --epochs 1 --max-steps "$steps" \
+    --no-eval --log-every 1000000 "$@" | sed -n 's/.*epoch 1\/1 .* \([0-9.]*\) img\/s.*/\1/p'
+}

@@ -53,6 +53,14 @@ void sum_over_ranks(ProcessGroup* group, std::vector<double>& values) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = t[int64_t(i)].item<double>();
 }
 
+// The largest of `value` over all ranks (itself without a group).
+double max_over_ranks(ProcessGroup* group, double value) {
+  if (group == nullptr || group->size() == 1) return value;
+  torch::Tensor t = torch::tensor({value}, torch::kFloat64);
+  group->allreduce_max(t).wait();
+  return t.item<double>();
+}
+
 // SGD (the reference program's) or Adam, over the parameters it is given.
 OptimizerFactory optimizer_factory(const TrainOptions& o) {
   return [o](std::vector<torch::Tensor> params) -> std::unique_ptr<torch::optim::Optimizer> {
@@ -689,7 +697,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       progress.update(step + 1, images * world_size, [&] { return loss.item<double>(); });
     }
     if (join) join->join();  // shadowed steps count in global_step too
-    const double train_seconds = since(epoch_start);
+    // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
+    // each other, under --no-sync-baseline they drift apart, and the slowest one is the job's pace.
+    const double train_seconds = max_over_ranks(group.get(), since(epoch_start));
     std::vector<double> sums = {loss_sum.item<double>(), double(images)};
     sum_over_ranks(group.get(), sums);
     EpochResult r;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# --precision bf16 against the Python reference's fp32: training images/s with the reference
+# settings (4 workers, batch 64, full-size synthetic CIFAR-format data), the Python reference,
+# ddp-train fp32 and ddp-train bf16 in turns; then test accuracy after EPOCHS epochs of the real
+# Fashion-MNIST, fp32 against bf16 (4 workers, the reference recipe, same seed).
+# usage: bench/bf16.sh [PAIRS (3)] [STEPS per run (60)] [EPOCHS (2)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pairs=${1:-3}
+steps=${2:-60}
+epochs=${3:-2}
+source bench/common.sh
+ensure_bench_data
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "| turn | Python reference fp32 images/s | ddp-train fp32 images/s | ddp-train bf16 images/s | bf16 / reference |"
+echo "|---|---|---|---|---|"
+ratios=()
+for ((i = 1; i <= pairs; i++)); do
+  a=$(reference_images_per_second "$steps")
+  b=$(ddp_train_images_per_second "$steps")
+  c=$(ddp_train_images_per_second "$steps" --precision bf16)
+  r=$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.3f", c / a }')
+  ratios+=("$r")
+  echo "| $i | $a | $b | $c | $r |"
+done
+echo
+echo "median ratio ddp-train bf16 / Python reference fp32: $(median "${ratios[@]}") ($pairs turns, $steps steps of 4 x 64 images each)"
+echo
+
+# Test accuracy of the last epoch's record in a metrics file.
+accuracy() { sed -n 's/.*"test_acc": \([-0-9.e+]*\).*/\1/p' "$1" | tail -1; }
+echo "| Fashion-MNIST, $epochs epochs, 4 workers | test accuracy | images/s |"
+echo "|---|---|---|"
+for precision in fp32 bf16; do
+  build/ddp-train --nproc-per-node 4 --dataset fashion-mnist --epochs "$epochs" \
+    --precision "$precision" --log-every 1000000 --metrics "$out/$precision.jsonl" >/dev/null
+  ips=$(sed -n 's/.*"images_per_second": \([-0-9.e+]*\).*/\1/p' "$out/$precision.jsonl" | tail -1)
+  awk -v p="$precision" -v a="$(accuracy "$out/$precision.jsonl")" -v s="$ips" \
+    'BEGIN { printf "| %s | %.2f%% | %.0f |\n", p, 100 * a, s }'
+done
+awk -v a="$(accuracy "$out/fp32.jsonl")" -v b="$(accuracy "$out/bf16.jsonl")" \
+  'BEGIN { printf "\nbf16 - fp32 test accuracy: %+.2f points\n", 100 * (b - a) }'
