@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "models/classifier.h"
+#include "models/onednn_conv2d.h"
 
 namespace ddp::models {
 
@@ -19,6 +20,9 @@ class NetImpl : public ClassifierImpl {
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::Conv2d conv2{nullptr};
   torch::nn::Linear fc{nullptr};
+
+ private:
+  ConvAlgorithm conv2_algorithm_ = ConvAlgorithm::kDirect;  // Winograd where available
 };
 TORCH_MODULE(Net);
 

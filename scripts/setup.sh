@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libgloo-dev            # LibTorch 1.13 with c10d (Gloo, TCPStore)
   libopenblas0-openmp                 # LibTorch's BLAS: else libblas.so.3 is the reference
                                       # BLAS, and torch::mm runs at ~5 GFLOP/s instead of ~160
+  libdnnl-dev                         # oneDNN's API: Winograd convolutions (models/onednn_conv2d.h)
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml

@@ -1,0 +1,256 @@
+#include "models/onednn_conv2d.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "ddp_build_config.h"
+#include "torch_compat.h"
+
+// oneDNN 2.x only: 3.0 replaced the operation descriptors this code builds its primitives from,
+// and ddp.cpp has not been measured against its kernels. Without it, torch::conv2d.
+#if defined(DDP_HAVE_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>
+#if DNNL_VERSION_MAJOR == 2
+#define DDP_ONEDNN_CONV 1
+#endif
+#endif
+
+namespace ddp::models {
+namespace {
+
+torch::Tensor direct_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias) {
+  return torch::conv2d(input, weight, bias, /*stride=*/1, /*padding=*/1);
+}
+
+}  // namespace
+
+#if defined(DDP_ONEDNN_CONV)
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// The three primitives of one problem shape and algorithm, or none (ok false: no kernels).
+struct Primitives {
+  bool ok = false;
+  dnnl::convolution_forward::primitive_desc forward_pd;
+  dnnl::convolution_backward_data::primitive_desc backward_data_pd;
+  dnnl::convolution_backward_weights::primitive_desc backward_weights_pd;
+  dnnl::convolution_forward forward;
+  dnnl::convolution_backward_data backward_data;
+  dnnl::convolution_backward_weights backward_weights;
+};
+
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;  // N, C, K, H, W
+
+Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
+  const auto [n, c, k, h, w] = shape;
+  const memory::dims src{n, c, h, w}, weights{k, c, 3, 3}, dst{n, k, h, w}, stride{1, 1}, pad{1, 1};
+  // Layouts left to oneDNN (blocked ones); the bias is a plain vector.
+  const auto any = [](const memory::dims& dims) { return memory::desc(dims, kF32, Tag::any); };
+  const memory::desc bias({k}, kF32, Tag::x);
+  const auto alg = algorithm == ConvAlgorithm::kWinograd ? dnnl::algorithm::convolution_winograd
+                                                         : dnnl::algorithm::convolution_direct;
+  Primitives p;
+  // oneDNN pads channels to 16 for Winograd rather than refuse, which is slower than direct.
+  if (algorithm == ConvAlgorithm::kWinograd && (c % 16 != 0 || k % 16 != 0)) return p;
+  try {
+    p.forward_pd = dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(src),
+                                        any(weights), bias, any(dst), stride, pad, pad),
+        cpu_engine());
+    p.backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(alg, any(src), any(weights), any(dst), stride, pad,
+                                              pad),
+        cpu_engine(), p.forward_pd);
+    p.backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(alg, any(src), any(weights), bias, any(dst),
+                                                 stride, pad, pad),
+        cpu_engine(), p.forward_pd);
+  } catch (const dnnl::error&) {
+    return p;  // unimplemented: no such kernels for this CPU or shape
+  }
+  p.forward = dnnl::convolution_forward(p.forward_pd);
+  p.backward_data = dnnl::convolution_backward_data(p.backward_data_pd);
+  p.backward_weights = dnnl::convolution_backward_weights(p.backward_weights_pd);
+  p.ok = true;
+  return p;
+}
+
+// Primitives by shape and algorithm, built once (a few per run: the batch size, the last batch's).
+const Primitives& primitives_for(const Shape& shape, ConvAlgorithm algorithm) {
+  static std::mutex mutex;
+  static std::map<std::pair<Shape, ConvAlgorithm>, Primitives> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(shape, algorithm);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_primitives(shape, algorithm)).first;
+  return it->second;
+}
+
+Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight) {
+  return {input.size(0), input.size(1), weight.size(0), input.size(2), input.size(3)};
+}
+
+// The 4-d tensor `t` (dense, contiguous or channels-last) as oneDNN memory, without a copy.
+memory wrap(const torch::Tensor& t) {
+  const memory::dims dims(t.sizes().begin(), t.sizes().end());
+  const bool channels_last = !t.is_contiguous();  // callers pass one of the two formats
+  return memory(memory::desc(dims, kF32, channels_last ? Tag::nhwc : Tag::nchw), cpu_engine(),
+                t.data_ptr());
+}
+
+memory wrap_vector(const torch::Tensor& t) {
+  return memory(memory::desc({t.numel()}, kF32, Tag::x), cpu_engine(), t.data_ptr());
+}
+
+// `from` in the layout `desc`: itself when it has it, else reordered into a buffer that `keep`
+// holds (a torch tensor, so that the allocator reuses it step after step).
+memory in_layout(const memory& from, const memory::desc& desc, dnnl::stream& stream,
+                 torch::Tensor& keep) {
+  if (from.get_desc() == desc) return from;
+  keep = torch::empty({int64_t(desc.get_size())}, torch::kUInt8);
+  memory source = from, to(desc, cpu_engine(), keep.data_ptr());
+  dnnl::reorder(source, to).execute(stream, source, to);
+  return to;
+}
+
+// Runs `compute` with its result in the layout `desc`, then copies it into `out` (a torch
+// tensor) unless it was computed there.
+template <class Compute>
+void compute_into(const torch::Tensor& out, const memory::desc& desc, dnnl::stream& stream,
+                  const Compute& compute) {
+  memory user = out.dim() == 1 ? wrap_vector(out) : wrap(out);
+  torch::Tensor buffer;
+  memory result =
+      user.get_desc() == desc
+          ? user
+          : memory(desc, cpu_engine(),
+                   (buffer = torch::empty({int64_t(desc.get_size())}, torch::kUInt8)).data_ptr());
+  compute(result);
+  if (result != user) dnnl::reorder(result, user).execute(stream, result, user);
+}
+
+// The memory format a result shaped like `t` gets: channels-last when `t` is.
+c10::MemoryFormat format_of(const torch::Tensor& t) {
+  return t.is_contiguous() ? c10::MemoryFormat::Contiguous : c10::MemoryFormat::ChannelsLast;
+}
+
+torch::Tensor dense(const torch::Tensor& t) {
+  return t.is_contiguous() || t.is_contiguous(c10::MemoryFormat::ChannelsLast)
+             ? t
+             : t.contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+// The autograd function: forward by the forward primitive, backward by the backward-data and
+// backward-weights ones, each only when its gradient is needed.
+struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               ConvAlgorithm algorithm) {
+    const Primitives& p = primitives_for(shape_of(input, weight), algorithm);
+    const torch::Tensor x = dense(input), w = dense(weight), b = bias.contiguous();
+    torch::Tensor out = torch::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
+                                     x.options().memory_format(format_of(x)));
+    dnnl::stream stream(cpu_engine());
+    torch::Tensor x_buffer, w_buffer;
+    const memory src = in_layout(wrap(x), p.forward_pd.src_desc(), stream, x_buffer);
+    const memory weights = in_layout(wrap(w), p.forward_pd.weights_desc(), stream, w_buffer);
+    compute_into(out, p.forward_pd.dst_desc(), stream, [&](const memory& dst) {
+      p.forward.execute(stream, {{DNNL_ARG_SRC, src},
+                                 {DNNL_ARG_WEIGHTS, weights},
+                                 {DNNL_ARG_BIAS, wrap_vector(b)},
+                                 {DNNL_ARG_DST, dst}});
+    });
+    stream.wait();
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["algorithm"] = int64_t(algorithm);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1];
+    const auto algorithm = ConvAlgorithm(ctx->saved_data["algorithm"].toInt());
+    const Primitives& p = primitives_for(shape_of(x, w), algorithm);
+    const torch::Tensor grad_out = grads[0].contiguous(format_of(x));
+    dnnl::stream stream(cpu_engine());
+    torch::Tensor grad_input, grad_weight, grad_bias;
+    torch::Tensor dy_buffer, w_buffer, x_buffer, dy_weights_buffer;
+    const memory dy =
+        in_layout(wrap(grad_out), p.backward_data_pd.diff_dst_desc(), stream, dy_buffer);
+    if (ctx->needs_input_grad(0)) {
+      grad_input = torch::empty_like(x);
+      const memory weights =
+          in_layout(wrap(w), p.backward_data_pd.weights_desc(), stream, w_buffer);
+      compute_into(grad_input, p.backward_data_pd.diff_src_desc(), stream, [&](const memory& dx) {
+        p.backward_data.execute(
+            stream,
+            {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}});
+      });
+    }
+    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+      grad_weight = torch::empty_like(w);
+      grad_bias = torch::empty({w.size(0)}, w.options());
+      const memory src = in_layout(wrap(x), p.backward_weights_pd.src_desc(), stream, x_buffer);
+      const memory dy_weights =
+          in_layout(dy, p.backward_weights_pd.diff_dst_desc(), stream, dy_weights_buffer);
+      compute_into(
+          grad_weight, p.backward_weights_pd.diff_weights_desc(), stream, [&](const memory& dw) {
+            p.backward_weights.execute(stream, {{DNNL_ARG_SRC, src},
+                                                {DNNL_ARG_DIFF_DST, dy_weights},
+                                                {DNNL_ARG_DIFF_WEIGHTS, dw},
+                                                {DNNL_ARG_DIFF_BIAS, wrap_vector(grad_bias)}});
+          });
+    }
+    stream.wait();
+    return {grad_input, grad_weight, grad_bias, torch::Tensor()};
+  }
+};
+
+bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+            ConvAlgorithm algorithm) {
+  const auto fp32_cpu = [](const torch::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat;
+  };
+  return fp32_cpu(input) && fp32_cpu(weight) && fp32_cpu(bias) && input.dim() == 4 &&
+         weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3 &&
+         input.size(1) == weight.size(1) && bias.numel() == weight.size(0) &&
+         !compat::autocast_enabled(c10::DeviceType::CPU) &&
+         primitives_for(shape_of(input, weight), algorithm).ok;
+}
+
+}  // namespace
+
+bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgorithm algorithm) {
+  return primitives_for({1, in_channels, out_channels, 8, 8}, algorithm).ok;
+}
+
+torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, ConvAlgorithm algorithm) {
+  if (!usable(input, weight, bias, algorithm)) return direct_conv2d(input, weight, bias);
+  return OnednnConv2dFunction::apply(input, weight, bias, algorithm);
+}
+
+#else  // no oneDNN 2.x: LibTorch's convolutions only
+
+bool onednn_conv2d_available(int64_t, int64_t, ConvAlgorithm) { return false; }
+
+torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, ConvAlgorithm) {
+  return direct_conv2d(input, weight, bias);
+}
+
+#endif
+
+}  // namespace ddp::models

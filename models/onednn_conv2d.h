@@ -1,0 +1,31 @@
+// 3x3, stride-1, padding-1 convolutions through oneDNN's own API, forward and both backward
+// passes, in the layouts oneDNN prefers. LibTorch (1.13 and 2.x) reaches oneDNN only for direct
+// convolutions on its own layouts; called directly, oneDNN also has Winograd F(4x4, 3x3) kernels,
+// which on AVX-512 compute the same convolution with 2.25x fewer multiplications. Measured on one
+// thread (oneDNN 2.6, AMD Zen 5): Net's conv2 1.7x faster by Winograd, Net's conv1 weight
+// gradient 3x faster direct in oneDNN's blocked layout. Winograd rounds differently from a direct
+// sum, by ~1e-6 relative (onednn_conv2d_test.cpp bounds it).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ddp::models {
+
+enum class ConvAlgorithm {
+  kDirect,    ///< the sum as written, oneDNN's fastest kernels for it
+  kWinograd,  ///< Winograd F(4x4, 3x3): channel counts multiples of 16, AVX-512
+};
+
+/// Whether onednn_conv2d() computes a convolution of `in_channels` to `out_channels` channels
+/// with `algorithm` here: ddp.cpp was built with oneDNN 2.x (Debian's libdnnl-dev), and oneDNN
+/// has such kernels for this CPU and shape.
+bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgorithm algorithm);
+
+/// torch::conv2d(input, weight, bias, /*stride=*/1, /*padding=*/1) for a [out, in, 3, 3]
+/// weight, differentiable in all three; by oneDNN with `algorithm` for fp32 CPU tensors where
+/// available, by torch::conv2d otherwise (another dtype or device, autocast on, no kernels). The
+/// output has the input's memory format (channels-last or contiguous).
+torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
+                            const torch::Tensor& bias, ConvAlgorithm algorithm);
+
+}  // namespace ddp::models

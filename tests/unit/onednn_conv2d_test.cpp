@@ -1,0 +1,109 @@
+// onednn_conv2d(): the same convolution as torch::conv2d (stride 1, padding 1), forward and all
+// three gradients, by either algorithm (Winograd within its rounding); torch::conv2d where
+// oneDNN has no kernels.
+#include "models/onednn_conv2d.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ddp/precision.h"
+
+namespace ddp::models {
+namespace {
+
+struct Result {
+  torch::Tensor out, grad_input, grad_weight, grad_bias;
+};
+
+// Output and gradients of sum(out * probe) through `conv`, for fresh leaves made from the inputs.
+template <class Conv>
+Result run(const Conv& conv, const torch::Tensor& input, const torch::Tensor& weight,
+           const torch::Tensor& bias, const torch::Tensor& probe) {
+  torch::Tensor x = input.detach().clone().requires_grad_(),
+                w = weight.detach().clone().requires_grad_(),
+                b = bias.detach().clone().requires_grad_();
+  torch::Tensor out = conv(x, w, b);
+  (out * probe).sum().backward();
+  return {out.detach(), x.grad(), w.grad(), b.grad()};
+}
+
+torch::Tensor direct(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return torch::conv2d(x, w, b, 1, 1);
+}
+
+// max |a - b| relative to max |b|.
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+// Net's layers at batch 4: conv1 (3 to 64 channels on 32x32) or conv2 (64 to 128 on 16x16).
+void expect_matches_torch(int64_t in, int64_t out, int64_t side, ConvAlgorithm algorithm,
+                          torch::MemoryFormat format) {
+  if (!onednn_conv2d_available(in, out, algorithm)) {
+    GTEST_SKIP() << "no such oneDNN kernels here (needs oneDNN 2.x; Winograd needs AVX-512)";
+  }
+  torch::manual_seed(0);
+  const torch::Tensor input = torch::rand({4, in, side, side}).contiguous(format);
+  const torch::Tensor weight = (torch::randn({out, in, 3, 3}) * 0.05).contiguous(format);
+  const torch::Tensor bias = torch::randn({out});
+  const torch::Tensor probe = torch::randn({4, out, side, side});
+  const auto ours = [algorithm](const torch::Tensor& x, const torch::Tensor& w,
+                                const torch::Tensor& b) {
+    return onednn_conv2d(x, w, b, algorithm);
+  };
+  const Result mine = run(ours, input, weight, bias, probe);
+  const Result reference = run(direct, input, weight, bias, probe);
+  EXPECT_TRUE(mine.out.is_contiguous(format)) << "the output keeps the input's memory format";
+  // Direct sums in another order differ by ~1e-7 relative; Winograd F(4x4, 3x3) by ~1e-6.
+  EXPECT_LT(relative_error(mine.out, reference.out), 1e-5);
+  EXPECT_LT(relative_error(mine.grad_input, reference.grad_input), 1e-5);
+  EXPECT_LT(relative_error(mine.grad_weight, reference.grad_weight), 1e-5);
+  EXPECT_LT(relative_error(mine.grad_bias, reference.grad_bias), 1e-5);
+}
+
+TEST(OnednnConv2d, WinogradMatchesTorchConv2dChannelsLast) {
+  expect_matches_torch(64, 128, 16, ConvAlgorithm::kWinograd, torch::MemoryFormat::ChannelsLast);
+}
+
+TEST(OnednnConv2d, WinogradMatchesTorchConv2dContiguous) {
+  expect_matches_torch(64, 128, 16, ConvAlgorithm::kWinograd, torch::MemoryFormat::Contiguous);
+}
+
+TEST(OnednnConv2d, DirectMatchesTorchConv2dOnThreeChannels) {
+  expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::ChannelsLast);
+}
+
+TEST(OnednnConv2d, NoGradientForAnInputThatNeedsNone) {
+  if (!onednn_conv2d_available(16, 16, ConvAlgorithm::kWinograd)) {
+    GTEST_SKIP() << "no Winograd kernels here";
+  }
+  const torch::Tensor x = torch::rand({2, 16, 8, 8});  // as the first layer's images
+  const torch::Tensor w = torch::randn({16, 16, 3, 3}).requires_grad_();
+  const torch::Tensor b = torch::zeros({16}).requires_grad_();
+  onednn_conv2d(x, w, b, ConvAlgorithm::kWinograd).sum().backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_EQ(b.grad()[0].item<float>(), 2 * 8 * 8);  // d(sum)/d(bias) = N x H x W
+}
+
+TEST(OnednnConv2d, FallsBackToTorchConv2dWhereItHasNoKernels) {
+  torch::manual_seed(0);
+  // Three input channels (Net's conv1): not a multiple of 16, so no Winograd.
+  const torch::Tensor x = torch::rand({2, 3, 8, 8}), w = torch::randn({8, 3, 3, 3}),
+                      b = torch::randn({8});
+  EXPECT_FALSE(onednn_conv2d_available(3, 8, ConvAlgorithm::kWinograd));
+  EXPECT_TRUE(torch::equal(onednn_conv2d(x, w, b, ConvAlgorithm::kWinograd), direct(x, w, b)));
+  // Another dtype: torch::conv2d's.
+  EXPECT_EQ(onednn_conv2d(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble),
+                          ConvAlgorithm::kDirect)
+                .scalar_type(),
+            torch::kDouble);
+  // Under bf16 autocast the convolution is autocast's (bf16), as torch::conv2d's would be.
+  const torch::Tensor x64 = torch::rand({2, 64, 8, 8}), w64 = torch::randn({64, 64, 3, 3}),
+                      b64 = torch::randn({64});
+  Autocast bf16(torch::kCPU, Precision::kBf16);
+  EXPECT_EQ(onednn_conv2d(x64, w64, b64, ConvAlgorithm::kWinograd).scalar_type(), torch::kBFloat16);
+}
+
+}  // namespace
+}  // namespace ddp::models
