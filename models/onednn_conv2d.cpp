@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 
 #include "ddp_build_config.h"
 #include "torch_compat.h"
@@ -58,6 +59,10 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   // Layouts left to oneDNN (blocked ones); the bias is a plain vector.
   const auto any = [](const memory::dims& dims) { return memory::desc(dims, kF32, Tag::any); };
   const memory::desc bias({k}, kF32, Tag::x);
+  // Each call brings its own scratchpad: oneDNN's built-in one is shared by all threads unless
+  // oneDNN was built for concurrent execution, and ranks may run as threads of one process.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const auto alg = algorithm == ConvAlgorithm::kWinograd ? dnnl::algorithm::convolution_winograd
                                                          : dnnl::algorithm::convolution_direct;
   Primitives p;
@@ -67,15 +72,15 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
     p.forward_pd = dnnl::convolution_forward::primitive_desc(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(src),
                                         any(weights), bias, any(dst), stride, pad, pad),
-        cpu_engine());
+        attr, cpu_engine());
     p.backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
         dnnl::convolution_backward_data::desc(alg, any(src), any(weights), any(dst), stride, pad,
                                               pad),
-        cpu_engine(), p.forward_pd);
+        attr, cpu_engine(), p.forward_pd);
     p.backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
         dnnl::convolution_backward_weights::desc(alg, any(src), any(weights), bias, any(dst),
                                                  stride, pad, pad),
-        cpu_engine(), p.forward_pd);
+        attr, cpu_engine(), p.forward_pd);
   } catch (const dnnl::error&) {
     return p;  // unimplemented: no such kernels for this CPU or shape
   }
@@ -113,14 +118,35 @@ memory wrap_vector(const torch::Tensor& t) {
   return memory(memory::desc({t.numel()}, kF32, Tag::x), cpu_engine(), t.data_ptr());
 }
 
+// A buffer of `bytes` as a torch tensor, so that the allocator reuses it step after step.
+torch::Tensor bytes(size_t size) { return torch::empty({int64_t(size)}, torch::kUInt8); }
+
+// Runs `primitive` of `pd` with `args` and a scratchpad of its own (see make_primitives).
+template <class PrimitiveDesc>
+void execute(const dnnl::primitive& primitive, const PrimitiveDesc& pd, dnnl::stream& stream,
+             std::unordered_map<int, memory> args) {
+  const memory::desc desc = pd.scratchpad_desc();
+  const torch::Tensor scratchpad = bytes(desc.get_size());
+  args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, cpu_engine(), scratchpad.data_ptr()));
+  primitive.execute(stream, args);
+}
+
+// `from` copied into `to`, another layout of the same tensor.
+void reorder(const memory& from, const memory& to, dnnl::stream& stream) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::reorder::primitive_desc pd(from, to, attr);
+  execute(dnnl::reorder(pd), pd, stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
 // `from` in the layout `desc`: itself when it has it, else reordered into a buffer that `keep`
-// holds (a torch tensor, so that the allocator reuses it step after step).
+// holds.
 memory in_layout(const memory& from, const memory::desc& desc, dnnl::stream& stream,
                  torch::Tensor& keep) {
   if (from.get_desc() == desc) return from;
-  keep = torch::empty({int64_t(desc.get_size())}, torch::kUInt8);
-  memory source = from, to(desc, cpu_engine(), keep.data_ptr());
-  dnnl::reorder(source, to).execute(stream, source, to);
+  keep = bytes(desc.get_size());
+  const memory to(desc, cpu_engine(), keep.data_ptr());
+  reorder(from, to, stream);
   return to;
 }
 
@@ -129,15 +155,14 @@ memory in_layout(const memory& from, const memory::desc& desc, dnnl::stream& str
 template <class Compute>
 void compute_into(const torch::Tensor& out, const memory::desc& desc, dnnl::stream& stream,
                   const Compute& compute) {
-  memory user = out.dim() == 1 ? wrap_vector(out) : wrap(out);
+  const memory user = out.dim() == 1 ? wrap_vector(out) : wrap(out);
   torch::Tensor buffer;
-  memory result =
+  const memory result =
       user.get_desc() == desc
           ? user
-          : memory(desc, cpu_engine(),
-                   (buffer = torch::empty({int64_t(desc.get_size())}, torch::kUInt8)).data_ptr());
+          : memory(desc, cpu_engine(), (buffer = bytes(desc.get_size())).data_ptr());
   compute(result);
-  if (result != user) dnnl::reorder(result, user).execute(stream, result, user);
+  if (result != user) reorder(result, user, stream);
 }
 
 // The memory format a result shaped like `t` gets: channels-last when `t` is.
@@ -166,10 +191,11 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     const memory src = in_layout(wrap(x), p.forward_pd.src_desc(), stream, x_buffer);
     const memory weights = in_layout(wrap(w), p.forward_pd.weights_desc(), stream, w_buffer);
     compute_into(out, p.forward_pd.dst_desc(), stream, [&](const memory& dst) {
-      p.forward.execute(stream, {{DNNL_ARG_SRC, src},
-                                 {DNNL_ARG_WEIGHTS, weights},
-                                 {DNNL_ARG_BIAS, wrap_vector(b)},
-                                 {DNNL_ARG_DST, dst}});
+      execute(p.forward, p.forward_pd, stream,
+              {{DNNL_ARG_SRC, src},
+               {DNNL_ARG_WEIGHTS, weights},
+               {DNNL_ARG_BIAS, wrap_vector(b)},
+               {DNNL_ARG_DST, dst}});
     });
     stream.wait();
     ctx->save_for_backward({x, w});
@@ -194,9 +220,8 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
       const memory weights =
           in_layout(wrap(w), p.backward_data_pd.weights_desc(), stream, w_buffer);
       compute_into(grad_input, p.backward_data_pd.diff_src_desc(), stream, [&](const memory& dx) {
-        p.backward_data.execute(
-            stream,
-            {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}});
+        execute(p.backward_data, p.backward_data_pd, stream,
+                {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}});
       });
     }
     if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
@@ -205,13 +230,14 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
       const memory src = in_layout(wrap(x), p.backward_weights_pd.src_desc(), stream, x_buffer);
       const memory dy_weights =
           in_layout(dy, p.backward_weights_pd.diff_dst_desc(), stream, dy_weights_buffer);
-      compute_into(
-          grad_weight, p.backward_weights_pd.diff_weights_desc(), stream, [&](const memory& dw) {
-            p.backward_weights.execute(stream, {{DNNL_ARG_SRC, src},
-                                                {DNNL_ARG_DIFF_DST, dy_weights},
-                                                {DNNL_ARG_DIFF_WEIGHTS, dw},
-                                                {DNNL_ARG_DIFF_BIAS, wrap_vector(grad_bias)}});
-          });
+      compute_into(grad_weight, p.backward_weights_pd.diff_weights_desc(), stream,
+                   [&](const memory& dw) {
+                     execute(p.backward_weights, p.backward_weights_pd, stream,
+                             {{DNNL_ARG_SRC, src},
+                              {DNNL_ARG_DIFF_DST, dy_weights},
+                              {DNNL_ARG_DIFF_WEIGHTS, dw},
+                              {DNNL_ARG_DIFF_BIAS, wrap_vector(grad_bias)}});
+                   });
     }
     stream.wait();
     return {grad_input, grad_weight, grad_bias, torch::Tensor()};

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gloo/common/error.h>
+
 #include "ddp/error.h"
 #include "torch_compat.h"
 
@@ -113,6 +115,11 @@ void Work::wait() {
     throw PeerFailure(concat("rank ", rank_, ": ", what_,
                              " failed: ", first_line(e.what_without_backtrace()),
                              " (a peer rank exited, or stopped answering within the timeout)"));
+  } catch (const gloo::IoException& e) {
+    // Gloo's own error, rethrown as it is when the failure surfaces in the collective itself
+    // (a c10::Error when c10d notices first): the connection to a peer broke.
+    throw PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
+                             " (a peer rank exited or its connection broke)"));
   } catch (const std::exception& e) {
     throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
   }

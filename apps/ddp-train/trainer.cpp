@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -450,9 +451,23 @@ void print_summary(const std::vector<EpochResult>& results, data::DatasetKind ki
   std::fflush(stdout);
 }
 
+// This process's resident memory that maps files, in MiB (the data set's pages, which the
+// page cache shares with every other worker reading the same files), from /proc/self/status.
+double mapped_file_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  long kb = 0;
+  while (std::getline(status, line)) {
+    if (std::sscanf(line.c_str(), "RssFile: %ld kB", &kb) == 1) break;
+  }
+  return double(kb) / 1024.0;
+}
+
 void print_fingerprint(int rank, torch::nn::Module& model) {
-  std::printf("rank %d: final weights fingerprint %016llx\n", rank,
-              (unsigned long long)weights_fingerprint(model));
+  std::printf(
+      "rank %d: final weights fingerprint %016llx; peak RSS %.0f MiB (%.0f MiB of it mapped "
+      "files, shared with the other workers)\n",
+      rank, (unsigned long long)weights_fingerprint(model), peak_rss_mb(), mapped_file_rss_mb());
   std::fflush(stdout);
 }
 

@@ -3,6 +3,10 @@
 // oneDNN has no kernels.
 #include "models/onednn_conv2d.h"
 
+#include <algorithm>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -71,6 +75,30 @@ TEST(OnednnConv2d, WinogradMatchesTorchConv2dContiguous) {
 
 TEST(OnednnConv2d, DirectMatchesTorchConv2dOnThreeChannels) {
   expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::ChannelsLast);
+}
+
+TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
+  // Ranks may be threads of one process (as in these tests): the primitives are shared.
+  if (!onednn_conv2d_available(64, 128, ConvAlgorithm::kWinograd)) GTEST_SKIP();
+  torch::manual_seed(0);
+  const torch::Tensor w = torch::randn({128, 64, 3, 3}) * 0.05, b = torch::randn({128});
+  std::vector<torch::Tensor> inputs, expected;
+  for (int t = 0; t < 4; ++t) {
+    inputs.push_back(torch::rand({2, 64, 16, 16}).contiguous(torch::MemoryFormat::ChannelsLast));
+    expected.push_back(direct(inputs.back(), w, b));
+  }
+  std::vector<double> worst(inputs.size(), 0.0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const torch::Tensor out = onednn_conv2d(inputs[t], w, b, ConvAlgorithm::kWinograd);
+        worst[t] = std::max(worst[t], relative_error(out, expected[t]));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (size_t t = 0; t < inputs.size(); ++t) EXPECT_LT(worst[t], 1e-5) << "thread " << t;
 }
 
 TEST(OnednnConv2d, NoGradientForAnInputThatNeedsNone) {
