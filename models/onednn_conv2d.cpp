@@ -51,13 +51,20 @@ struct Primitives {
   dnnl::convolution_backward_weights backward_weights;
 };
 
-using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;  // N, C, K, H, W
+// N, C, K, H, W, and whether the input is channels-last.
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
 
 Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
-  const auto [n, c, k, h, w] = shape;
+  const auto [n, c, k, h, w, channels_last] = shape;
   const memory::dims src{n, c, h, w}, weights{k, c, 3, 3}, dst{n, k, h, w}, stride{1, 1}, pad{1, 1};
   // Layouts left to oneDNN (blocked ones); the bias is a plain vector.
   const auto any = [](const memory::dims& dims) { return memory::desc(dims, kF32, Tag::any); };
+  // A direct forward reads and writes channels-last tensors as they are: oneDNN's blocked
+  // output would cost a reorder as long as the convolution (Net's conv1: 1.7 against 1.1 + 2 ms).
+  const bool plain = algorithm == ConvAlgorithm::kDirect && channels_last;
+  const auto forward_io = [&](const memory::dims& dims) {
+    return plain ? memory::desc(dims, kF32, Tag::nhwc) : any(dims);
+  };
   const memory::desc bias({k}, kF32, Tag::x);
   // Each call brings its own scratchpad: oneDNN's built-in one is shared by all threads unless
   // oneDNN was built for concurrent execution, and ranks may run as threads of one process.
@@ -70,8 +77,8 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   if (algorithm == ConvAlgorithm::kWinograd && (c % 16 != 0 || k % 16 != 0)) return p;
   try {
     p.forward_pd = dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, any(src),
-                                        any(weights), bias, any(dst), stride, pad, pad),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, forward_io(src),
+                                        any(weights), bias, forward_io(dst), stride, pad, pad),
         attr, cpu_engine());
     p.backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
         dnnl::convolution_backward_data::desc(alg, any(src), any(weights), any(dst), stride, pad,
@@ -102,8 +109,10 @@ const Primitives& primitives_for(const Shape& shape, ConvAlgorithm algorithm) {
   return it->second;
 }
 
+// `input` dense (see dense()).
 Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight) {
-  return {input.size(0), input.size(1), weight.size(0), input.size(2), input.size(3)};
+  return {input.size(0), input.size(1), weight.size(0),
+          input.size(2), input.size(3), !input.is_contiguous()};
 }
 
 // The 4-d tensor `t` (dense, contiguous or channels-last) as oneDNN memory, without a copy.
@@ -182,8 +191,8 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
                                ConvAlgorithm algorithm) {
-    const Primitives& p = primitives_for(shape_of(input, weight), algorithm);
     const torch::Tensor x = dense(input), w = dense(weight), b = bias.contiguous();
+    const Primitives& p = primitives_for(shape_of(x, w), algorithm);
     torch::Tensor out = torch::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
                                      x.options().memory_format(format_of(x)));
     dnnl::stream stream(cpu_engine());
@@ -200,6 +209,8 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     stream.wait();
     ctx->save_for_backward({x, w});
     ctx->saved_data["algorithm"] = int64_t(algorithm);
+    // The input in oneDNN's layout, when it was reordered: backward-weights reads it again.
+    if (x_buffer.defined()) ctx->saved_data["src_reordered"] = x_buffer;
     return out;
   }
 
@@ -227,7 +238,13 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
       grad_weight = torch::empty_like(w);
       grad_bias = torch::empty({w.size(0)}, w.options());
-      const memory src = in_layout(wrap(x), p.backward_weights_pd.src_desc(), stream, x_buffer);
+      const auto reordered = ctx->saved_data.find("src_reordered");
+      const bool reuse = reordered != ctx->saved_data.end() &&
+                         p.backward_weights_pd.src_desc() == p.forward_pd.src_desc();
+      const memory src =
+          reuse ? memory(p.forward_pd.src_desc(), cpu_engine(),
+                         reordered->second.toTensor().data_ptr())
+                : in_layout(wrap(x), p.backward_weights_pd.src_desc(), stream, x_buffer);
       const memory dy_weights =
           in_layout(dy, p.backward_weights_pd.diff_dst_desc(), stream, dy_weights_buffer);
       compute_into(grad_weight, p.backward_weights_pd.diff_weights_desc(), stream,
@@ -253,13 +270,13 @@ bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch
          weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3 &&
          input.size(1) == weight.size(1) && bias.numel() == weight.size(0) &&
          !compat::autocast_enabled(c10::DeviceType::CPU) &&
-         primitives_for(shape_of(input, weight), algorithm).ok;
+         primitives_for(shape_of(dense(input), weight), algorithm).ok;
 }
 
 }  // namespace
 
 bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgorithm algorithm) {
-  return primitives_for({1, in_channels, out_channels, 8, 8}, algorithm).ok;
+  return primitives_for({1, in_channels, out_channels, 8, 8, true}, algorithm).ok;
 }
 
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,

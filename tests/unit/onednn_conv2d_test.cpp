@@ -75,6 +75,7 @@ TEST(OnednnConv2d, WinogradMatchesTorchConv2dContiguous) {
 
 TEST(OnednnConv2d, DirectMatchesTorchConv2dOnThreeChannels) {
   expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::ChannelsLast);
+  expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::Contiguous);
 }
 
 TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
