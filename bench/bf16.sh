@@ -29,16 +29,14 @@ echo
 echo "median ratio ddp-train bf16 / Python reference fp32: $(median "${ratios[@]}") ($pairs turns, $steps steps of 4 x 64 images each)"
 echo
 
-# Test accuracy of the last epoch's record in a metrics file.
-accuracy() { sed -n 's/.*"test_acc": \([-0-9.e+]*\).*/\1/p' "$1" | tail -1; }
 echo "| Fashion-MNIST, $epochs epochs, 4 workers | test accuracy | images/s |"
 echo "|---|---|---|"
 for precision in fp32 bf16; do
   build/ddp-train --nproc-per-node 4 --dataset fashion-mnist --epochs "$epochs" \
     --precision "$precision" --log-every 1000000 --metrics "$out/$precision.jsonl" >/dev/null
-  ips=$(sed -n 's/.*"images_per_second": \([-0-9.e+]*\).*/\1/p' "$out/$precision.jsonl" | tail -1)
-  awk -v p="$precision" -v a="$(accuracy "$out/$precision.jsonl")" -v s="$ips" \
+  awk -v p="$precision" -v a="$(last_metric "$out/$precision.jsonl" test_acc)" \
+    -v s="$(last_metric "$out/$precision.jsonl" images_per_second)" \
     'BEGIN { printf "| %s | %.2f%% | %.0f |\n", p, 100 * a, s }'
 done
-awk -v a="$(accuracy "$out/fp32.jsonl")" -v b="$(accuracy "$out/bf16.jsonl")" \
+awk -v a="$(last_metric "$out/fp32.jsonl" test_acc)" -v b="$(last_metric "$out/bf16.jsonl" test_acc)" \
   'BEGIN { printf "\nbf16 - fp32 test accuracy: %+.2f points\n", 100 * (b - a) }'

@@ -12,6 +12,9 @@ median() {
   printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# The value of KEY in the last record of the --metrics file FILE that has it: last_metric FILE KEY.
+last_metric() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1" | tail -1; }
+
 # A free TCP port on loopback.
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -22,8 +22,8 @@ run() {
   build/ddp-train --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
     --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" "$@" >/dev/null
 }
-# The value of "key" in the epoch record of a metrics file.
-value() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$out/$1.jsonl" | tail -1; }
+# The value of KEY in run NAME's epoch record: value NAME KEY.
+value() { last_metric "$out/$1.jsonl" "$2"; }
 
 echo "| pair | with DDP s | without communication s | overhead |"
 echo "|---|---|---|---|"

@@ -8,6 +8,7 @@
 #   DDP_TRAIN=path             the ddp-train to measure (default build/ddp-train)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 epochs=${1:-2}
 max_steps=${2:-0}
 train=${DDP_TRAIN:-build/ddp-train}
@@ -26,9 +27,6 @@ configs=(
   "ResNet + SyncBatchNorm, --preset fast|--model resnet --preset fast"
 )
 
-# The value of "key" in the last epoch record of a metrics file.
-last() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1" | tail -1; }
-
 echo "| configuration | bytes communicated / step | images/s | optimizer state MB (rank 0) | test accuracy |"
 echo "|---|---|---|---|---|"
 i=0
@@ -42,10 +40,10 @@ for entry in "${configs[@]}"; do
   "$train" --nproc-per-node 2 --dataset fashion-mnist --epochs "$epochs" "${steps[@]}" \
     --log-every 1000000 --metrics "$out/$i.jsonl" $flags >"$out/$i.log" 2>&1 ||
     { echo "| $name | failed: $(tail -1 "$out/$i.log") | | | |"; continue; }
-  printf '| %s | %s | %s | %s | %s%% |\n' "$name" "$(last "$out/$i.jsonl" comm_bytes_per_step)" \
-    "$(last "$out/$i.jsonl" images_per_second | awk '{ printf "%.0f", $1 }')" \
-    "$(last "$out/$i.jsonl" optimizer_state_mb | awk '{ printf "%.2f", $1 }')" \
-    "$(last "$out/$i.jsonl" test_acc | awk '{ printf "%.2f", 100 * $1 }')"
+  printf '| %s | %s | %s | %s | %s%% |\n' "$name" "$(last_metric "$out/$i.jsonl" comm_bytes_per_step)" \
+    "$(last_metric "$out/$i.jsonl" images_per_second | awk '{ printf "%.0f", $1 }')" \
+    "$(last_metric "$out/$i.jsonl" optimizer_state_mb | awk '{ printf "%.2f", $1 }')" \
+    "$(last_metric "$out/$i.jsonl" test_acc | awk '{ printf "%.2f", 100 * $1 }')"
 done
 echo
 echo "(2 workers, batch 64 per worker, $epochs epoch(s)$( ((max_steps > 0)) && echo " of $max_steps steps"))"

@@ -109,17 +109,19 @@ const Primitives& primitives_for(const Shape& shape, ConvAlgorithm algorithm) {
   return it->second;
 }
 
-// `input` dense (see dense()).
+// Whether `t`, once dense(), is channels-last: not contiguous (a tensor dense() has to copy
+// becomes channels-last, and was not contiguous either).
+bool channels_last(const torch::Tensor& t) { return !t.is_contiguous(); }
+
 Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight) {
   return {input.size(0), input.size(1), weight.size(0),
-          input.size(2), input.size(3), !input.is_contiguous()};
+          input.size(2), input.size(3), channels_last(input)};
 }
 
 // The 4-d tensor `t` (dense, contiguous or channels-last) as oneDNN memory, without a copy.
 memory wrap(const torch::Tensor& t) {
   const memory::dims dims(t.sizes().begin(), t.sizes().end());
-  const bool channels_last = !t.is_contiguous();  // callers pass one of the two formats
-  return memory(memory::desc(dims, kF32, channels_last ? Tag::nhwc : Tag::nchw), cpu_engine(),
+  return memory(memory::desc(dims, kF32, channels_last(t) ? Tag::nhwc : Tag::nchw), cpu_engine(),
                 t.data_ptr());
 }
 
@@ -176,7 +178,7 @@ void compute_into(const torch::Tensor& out, const memory::desc& desc, dnnl::stre
 
 // The memory format a result shaped like `t` gets: channels-last when `t` is.
 c10::MemoryFormat format_of(const torch::Tensor& t) {
-  return t.is_contiguous() ? c10::MemoryFormat::Contiguous : c10::MemoryFormat::ChannelsLast;
+  return channels_last(t) ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
 }
 
 torch::Tensor dense(const torch::Tensor& t) {
@@ -270,7 +272,7 @@ bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch
          weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3 &&
          input.size(1) == weight.size(1) && bias.numel() == weight.size(0) &&
          !compat::autocast_enabled(c10::DeviceType::CPU) &&
-         primitives_for(shape_of(dense(input), weight), algorithm).ok;
+         primitives_for(shape_of(input, weight), algorithm).ok;
 }
 
 }  // namespace
