@@ -22,7 +22,10 @@ class NetImpl : public ClassifierImpl {
   torch::nn::Linear fc{nullptr};
 
  private:
+  torch::Tensor forward_blocked(const torch::Tensor& images);
+
   ConvAlgorithm conv2_algorithm_ = ConvAlgorithm::kDirect;  // Winograd where available
+  bool blocked_ = false;  // both convolutions run with blocked outputs here
 };
 TORCH_MODULE(Net);
 

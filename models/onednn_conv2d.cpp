@@ -1,22 +1,11 @@
 #include "models/onednn_conv2d.h"
 
 #include <map>
-#include <memory>
 #include <mutex>
 #include <tuple>
-#include <unordered_map>
 
-#include "ddp_build_config.h"
+#include "models/onednn_support.h"
 #include "torch_compat.h"
-
-// oneDNN 2.x only: 3.0 replaced the operation descriptors this code builds its primitives from,
-// and ddp.cpp has not been measured against its kernels. Without it, torch::conv2d.
-#if defined(DDP_HAVE_ONEDNN)
-#include <oneapi/dnnl/dnnl.hpp>
-#if DNNL_VERSION_MAJOR == 2
-#define DDP_ONEDNN_CONV 1
-#endif
-#endif
 
 namespace ddp::models {
 namespace {
@@ -28,17 +17,24 @@ torch::Tensor direct_conv2d(const torch::Tensor& input, const torch::Tensor& wei
 
 }  // namespace
 
-#if defined(DDP_ONEDNN_CONV)
+torch::Tensor to_blocked(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(1) % 16 == 0,
+              "to_blocked: expected [N, C, H, W] with C a multiple of 16, got ", x.sizes());
+  return x.reshape({x.size(0), x.size(1) / 16, 16, x.size(2), x.size(3)})
+      .permute({0, 1, 3, 4, 2})
+      .contiguous();
+}
+
+torch::Tensor from_blocked(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
+              "from_blocked: expected a blocked activation [N, C/16, H, W, 16], got ", x.sizes());
+  return x.permute({0, 1, 4, 2, 3}).reshape({x.size(0), x.size(1) * 16, x.size(2), x.size(3)});
+}
+
+#if defined(DDP_ONEDNN_LAYERS)
 namespace {
 
-using dnnl::memory;
-using Tag = memory::format_tag;
-constexpr auto kF32 = memory::data_type::f32;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
+using namespace onednn;
 
 // The three primitives of one problem shape and algorithm, or none (ok false: no kernels).
 struct Primitives {
@@ -51,43 +47,54 @@ struct Primitives {
   dnnl::convolution_backward_weights backward_weights;
 };
 
-// N, C, K, H, W, and whether the input is channels-last.
-using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+// N, C, K, H, W, the input's layout and the output's.
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, Layout, Layout>;
 
 Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
-  const auto [n, c, k, h, w, channels_last] = shape;
+  const auto [n, c, k, h, w, in_layout, out_layout] = shape;
   const memory::dims src{n, c, h, w}, weights{k, c, 3, 3}, dst{n, k, h, w}, stride{1, 1}, pad{1, 1};
   // Layouts left to oneDNN (blocked ones); the bias is a plain vector.
   const auto any = [](const memory::dims& dims) { return memory::desc(dims, kF32, Tag::any); };
+  const auto blocked = [](const memory::dims& dims) {
+    return memory::desc(dims, kF32, Tag::nChw16c);
+  };
   // A direct forward reads and writes channels-last tensors as they are: oneDNN's blocked
   // output would cost a reorder as long as the convolution (Net's conv1: 1.7 against 1.1 + 2 ms).
-  const bool plain = algorithm == ConvAlgorithm::kDirect && channels_last;
-  const auto forward_io = [&](const memory::dims& dims) {
-    return plain ? memory::desc(dims, kF32, Tag::nhwc) : any(dims);
+  const bool nhwc = algorithm == ConvAlgorithm::kDirect && in_layout == Layout::kChannelsLast &&
+                    out_layout == Layout::kChannelsLast;
+  // Blocked tensors are read and written as they are, whichever the algorithm.
+  const auto io = [&](const memory::dims& dims, Layout layout) {
+    if (layout == Layout::kBlocked) return blocked(dims);
+    return nhwc ? memory::desc(dims, kF32, Tag::nhwc) : any(dims);
   };
   const memory::desc bias({k}, kF32, Tag::x);
-  // Each call brings its own scratchpad: oneDNN's built-in one is shared by all threads unless
-  // oneDNN was built for concurrent execution, and ranks may run as threads of one process.
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const auto alg = algorithm == ConvAlgorithm::kWinograd ? dnnl::algorithm::convolution_winograd
                                                          : dnnl::algorithm::convolution_direct;
   Primitives p;
   // oneDNN pads channels to 16 for Winograd rather than refuse, which is slower than direct.
   if (algorithm == ConvAlgorithm::kWinograd && (c % 16 != 0 || k % 16 != 0)) return p;
+  // Blocked tensors hold whole blocks of 16 channels only.
+  if ((in_layout == Layout::kBlocked && c % 16 != 0) ||
+      (out_layout == Layout::kBlocked && k % 16 != 0)) {
+    return p;
+  }
+  // The backward passes read and write the gradients of blocked tensors blocked as well.
+  const auto gradient = [&](const memory::dims& dims, Layout layout) {
+    return layout == Layout::kBlocked ? blocked(dims) : any(dims);
+  };
   try {
     p.forward_pd = dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, forward_io(src),
-                                        any(weights), bias, forward_io(dst), stride, pad, pad),
-        attr, cpu_engine());
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, io(src, in_layout),
+                                        any(weights), bias, io(dst, out_layout), stride, pad, pad),
+        attr(), cpu_engine());
     p.backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(alg, any(src), any(weights), any(dst), stride, pad,
-                                              pad),
-        attr, cpu_engine(), p.forward_pd);
+        dnnl::convolution_backward_data::desc(alg, gradient(src, in_layout), any(weights),
+                                              gradient(dst, out_layout), stride, pad, pad),
+        attr(), cpu_engine(), p.forward_pd);
     p.backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(alg, any(src), any(weights), bias, any(dst),
-                                                 stride, pad, pad),
-        attr, cpu_engine(), p.forward_pd);
+        dnnl::convolution_backward_weights::desc(alg, gradient(src, in_layout), any(weights), bias,
+                                                 gradient(dst, out_layout), stride, pad, pad),
+        attr(), cpu_engine(), p.forward_pd);
   } catch (const dnnl::error&) {
     return p;  // unimplemented: no such kernels for this CPU or shape
   }
@@ -109,56 +116,9 @@ const Primitives& primitives_for(const Shape& shape, ConvAlgorithm algorithm) {
   return it->second;
 }
 
-// Whether `t`, once dense(), is channels-last: not contiguous (a tensor dense() has to copy
-// becomes channels-last, and was not contiguous either).
-bool channels_last(const torch::Tensor& t) { return !t.is_contiguous(); }
-
-Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight) {
-  return {input.size(0), input.size(1), weight.size(0),
-          input.size(2), input.size(3), channels_last(input)};
-}
-
-// The 4-d tensor `t` (dense, contiguous or channels-last) as oneDNN memory, without a copy.
-memory wrap(const torch::Tensor& t) {
-  const memory::dims dims(t.sizes().begin(), t.sizes().end());
-  return memory(memory::desc(dims, kF32, channels_last(t) ? Tag::nhwc : Tag::nchw), cpu_engine(),
-                t.data_ptr());
-}
-
-memory wrap_vector(const torch::Tensor& t) {
-  return memory(memory::desc({t.numel()}, kF32, Tag::x), cpu_engine(), t.data_ptr());
-}
-
-// A buffer of `bytes` as a torch tensor, so that the allocator reuses it step after step.
-torch::Tensor bytes(size_t size) { return torch::empty({int64_t(size)}, torch::kUInt8); }
-
-// Runs `primitive` of `pd` with `args` and a scratchpad of its own (see make_primitives).
-template <class PrimitiveDesc>
-void execute(const dnnl::primitive& primitive, const PrimitiveDesc& pd, dnnl::stream& stream,
-             std::unordered_map<int, memory> args) {
-  const memory::desc desc = pd.scratchpad_desc();
-  const torch::Tensor scratchpad = bytes(desc.get_size());
-  args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, cpu_engine(), scratchpad.data_ptr()));
-  primitive.execute(stream, args);
-}
-
-// `from` copied into `to`, another layout of the same tensor.
-void reorder(const memory& from, const memory& to, dnnl::stream& stream) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const dnnl::reorder::primitive_desc pd(from, to, attr);
-  execute(dnnl::reorder(pd), pd, stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-}
-
-// `from` in the layout `desc`: itself when it has it, else reordered into a buffer that `keep`
-// holds.
-memory in_layout(const memory& from, const memory::desc& desc, dnnl::stream& stream,
-                 torch::Tensor& keep) {
-  if (from.get_desc() == desc) return from;
-  keep = bytes(desc.get_size());
-  const memory to(desc, cpu_engine(), keep.data_ptr());
-  reorder(from, to, stream);
-  return to;
+Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight, Layout out_layout) {
+  const memory::dims dims = dims_of(input);
+  return {dims[0], dims[1], weight.size(0), dims[2], dims[3], layout_of(input), out_layout};
 }
 
 // Runs `compute` with its result in the layout `desc`, then copies it into `out` (a torch
@@ -176,27 +136,18 @@ void compute_into(const torch::Tensor& out, const memory::desc& desc, dnnl::stre
   if (result != user) reorder(result, user, stream);
 }
 
-// The memory format a result shaped like `t` gets: channels-last when `t` is.
-c10::MemoryFormat format_of(const torch::Tensor& t) {
-  return channels_last(t) ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
-}
-
-torch::Tensor dense(const torch::Tensor& t) {
-  return t.is_contiguous() || t.is_contiguous(c10::MemoryFormat::ChannelsLast)
-             ? t
-             : t.contiguous(c10::MemoryFormat::ChannelsLast);
-}
-
 // The autograd function: forward by the forward primitive, backward by the backward-data and
-// backward-weights ones, each only when its gradient is needed.
+// backward-weights ones, each only when its gradient is needed. The output is in `out_layout`,
+// the input's gradient in the input's layout.
 struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias,
-                               ConvAlgorithm algorithm) {
+                               ConvAlgorithm algorithm, Layout out_layout) {
     const torch::Tensor x = dense(input), w = dense(weight), b = bias.contiguous();
-    const Primitives& p = primitives_for(shape_of(x, w), algorithm);
-    torch::Tensor out = torch::empty({x.size(0), w.size(0), x.size(2), x.size(3)},
-                                     x.options().memory_format(format_of(x)));
+    const Shape shape = shape_of(x, w, out_layout);
+    const Primitives& p = primitives_for(shape, algorithm);
+    const auto [n, c, k, h, width, ignored_in, ignored_out] = shape;
+    torch::Tensor out = empty_activation({n, k, h, width}, out_layout, x.options());
     dnnl::stream stream(cpu_engine());
     torch::Tensor x_buffer, w_buffer;
     const memory src = in_layout(wrap(x), p.forward_pd.src_desc(), stream, x_buffer);
@@ -211,6 +162,7 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     stream.wait();
     ctx->save_for_backward({x, w});
     ctx->saved_data["algorithm"] = int64_t(algorithm);
+    ctx->saved_data["out_layout"] = int64_t(out_layout);
     // The input in oneDNN's layout, when it was reordered: backward-weights reads it again.
     if (x_buffer.defined()) ctx->saved_data["src_reordered"] = x_buffer;
     return out;
@@ -221,8 +173,9 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &w = saved[1];
     const auto algorithm = ConvAlgorithm(ctx->saved_data["algorithm"].toInt());
-    const Primitives& p = primitives_for(shape_of(x, w), algorithm);
-    const torch::Tensor grad_out = grads[0].contiguous(format_of(x));
+    const auto out_layout = Layout(ctx->saved_data["out_layout"].toInt());
+    const Primitives& p = primitives_for(shape_of(x, w, out_layout), algorithm);
+    const torch::Tensor grad_out = as_layout(grads[0], out_layout);
     dnnl::stream stream(cpu_engine());
     torch::Tensor grad_input, grad_weight, grad_bias;
     torch::Tensor dy_buffer, w_buffer, x_buffer, dy_weights_buffer;
@@ -259,32 +212,52 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
                    });
     }
     stream.wait();
-    return {grad_input, grad_weight, grad_bias, torch::Tensor()};
+    return {grad_input, grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
   }
 };
 
+// Whether oneDNN computes this convolution here (else torch::conv2d), its output in `out_layout`.
 bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
-            ConvAlgorithm algorithm) {
+            ConvAlgorithm algorithm, Layout out_layout) {
   const auto fp32_cpu = [](const torch::Tensor& t) {
     return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat;
   };
-  return fp32_cpu(input) && fp32_cpu(weight) && fp32_cpu(bias) && input.dim() == 4 &&
-         weight.dim() == 4 && weight.size(2) == 3 && weight.size(3) == 3 &&
-         input.size(1) == weight.size(1) && bias.numel() == weight.size(0) &&
-         !compat::autocast_enabled(c10::DeviceType::CPU) &&
-         primitives_for(shape_of(input, weight), algorithm).ok;
+  const bool activation = input.dim() == 4 || (input.dim() == 5 && input.size(4) == 16);
+  return fp32_cpu(input) && fp32_cpu(weight) && fp32_cpu(bias) && activation && weight.dim() == 4 &&
+         weight.size(2) == 3 && weight.size(3) == 3 && dims_of(input)[1] == weight.size(1) &&
+         bias.numel() == weight.size(0) && !compat::autocast_enabled(c10::DeviceType::CPU) &&
+         primitives_for(shape_of(input, weight, out_layout), algorithm).ok;
 }
 
 }  // namespace
 
 bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgorithm algorithm) {
-  return primitives_for({1, in_channels, out_channels, 8, 8, true}, algorithm).ok;
+  return primitives_for(
+             {1, in_channels, out_channels, 8, 8, Layout::kChannelsLast, Layout::kChannelsLast},
+             algorithm)
+      .ok;
 }
 
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
                             const torch::Tensor& bias, ConvAlgorithm algorithm) {
-  if (!usable(input, weight, bias, algorithm)) return direct_conv2d(input, weight, bias);
-  return OnednnConv2dFunction::apply(input, weight, bias, algorithm);
+  const Layout layout = layout_of(dense(input));
+  if (input.dim() != 4 || !usable(input, weight, bias, algorithm, layout)) {
+    return direct_conv2d(input, weight, bias);
+  }
+  return OnednnConv2dFunction::apply(input, weight, bias, algorithm, layout);
+}
+
+bool onednn_conv2d_blocked_applies(const torch::Tensor& input, const torch::Tensor& weight,
+                                   const torch::Tensor& bias, ConvAlgorithm algorithm) {
+  return usable(input, weight, bias, algorithm, Layout::kBlocked);
+}
+
+torch::Tensor onednn_conv2d_blocked(const torch::Tensor& input, const torch::Tensor& weight,
+                                    const torch::Tensor& bias, ConvAlgorithm algorithm) {
+  TORCH_CHECK(onednn_conv2d_blocked_applies(input, weight, bias, algorithm),
+              "onednn_conv2d_blocked: oneDNN has no such convolution here (check "
+              "onednn_conv2d_blocked_applies() first)");
+  return OnednnConv2dFunction::apply(input, weight, bias, algorithm, Layout::kBlocked);
 }
 
 #else  // no oneDNN 2.x: LibTorch's convolutions only
@@ -294,6 +267,16 @@ bool onednn_conv2d_available(int64_t, int64_t, ConvAlgorithm) { return false; }
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
                             const torch::Tensor& bias, ConvAlgorithm) {
   return direct_conv2d(input, weight, bias);
+}
+
+bool onednn_conv2d_blocked_applies(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                   ConvAlgorithm) {
+  return false;
+}
+
+torch::Tensor onednn_conv2d_blocked(const torch::Tensor&, const torch::Tensor&,
+                                    const torch::Tensor&, ConvAlgorithm) {
+  TORCH_CHECK(false, "onednn_conv2d_blocked: ddp.cpp was built without oneDNN 2.x");
 }
 
 #endif

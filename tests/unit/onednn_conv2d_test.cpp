@@ -78,6 +78,64 @@ TEST(OnednnConv2d, DirectMatchesTorchConv2dOnThreeChannels) {
   expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::Contiguous);
 }
 
+// onednn_conv2d_blocked() against torch::conv2d: the input given in `in_layout` (4-d contiguous,
+// 4-d channels-last, or blocked), the output blocked, the input's gradient in the input's layout.
+enum class Given { kContiguous, kChannelsLast, kBlocked };
+
+void expect_blocked_matches_torch(int64_t in, int64_t out, int64_t side, ConvAlgorithm algorithm,
+                                  Given given) {
+  torch::manual_seed(0);
+  const torch::Tensor input = torch::rand({4, in, side, side});
+  const torch::Tensor weight = torch::randn({out, in, 3, 3}) * 0.05, bias = torch::randn({out});
+  const torch::Tensor probe = torch::randn({4, out, side, side});
+  const torch::Tensor x = given == Given::kBlocked ? to_blocked(input)
+                          : given == Given::kChannelsLast
+                              ? input.contiguous(torch::MemoryFormat::ChannelsLast)
+                              : input;
+  if (!onednn_conv2d_blocked_applies(x, weight, bias, algorithm)) {
+    GTEST_SKIP() << "no such oneDNN kernels here (needs oneDNN 2.x; Winograd needs AVX-512)";
+  }
+  const auto ours = [algorithm](const torch::Tensor& x, const torch::Tensor& w,
+                                const torch::Tensor& b) {
+    const torch::Tensor y = onednn_conv2d_blocked(x, w, b, algorithm);
+    EXPECT_TRUE(y.dim() == 5 && y.size(4) == 16 && y.is_contiguous()) << "blocked: " << y.sizes();
+    return from_blocked(y);
+  };
+  const Result mine = run(ours, x, weight, bias, probe);
+  const Result reference = run(direct, input, weight, bias, probe);
+  ASSERT_EQ(mine.out.sizes(), reference.out.sizes());
+  EXPECT_LT(relative_error(mine.out, reference.out), 1e-5);
+  const torch::Tensor grad_input =
+      given == Given::kBlocked ? from_blocked(mine.grad_input) : mine.grad_input;
+  EXPECT_LT(relative_error(grad_input, reference.grad_input), 1e-5);
+  EXPECT_LT(relative_error(mine.grad_weight, reference.grad_weight), 1e-5);
+  EXPECT_LT(relative_error(mine.grad_bias, reference.grad_bias), 1e-5);
+}
+
+TEST(OnednnConv2d, BlockedOutputFromImagesMatchesTorchConv2d) {
+  // Net's conv1: three channels in, blocked out.
+  expect_blocked_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, Given::kContiguous);
+  expect_blocked_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, Given::kChannelsLast);
+}
+
+TEST(OnednnConv2d, BlockedInAndOutMatchesTorchConv2d) {
+  // Net's conv2, by either algorithm, blocked in and out.
+  expect_blocked_matches_torch(64, 128, 16, ConvAlgorithm::kDirect, Given::kBlocked);
+  expect_blocked_matches_torch(64, 128, 16, ConvAlgorithm::kWinograd, Given::kBlocked);
+}
+
+TEST(OnednnConv2d, BlockedLayoutRoundTripsAndPlacesChannelsInBlocksOf16) {
+  const torch::Tensor x = torch::arange(2 * 32 * 3 * 5, torch::kFloat).reshape({2, 32, 3, 5});
+  const torch::Tensor blocked = to_blocked(x);
+  EXPECT_EQ(blocked.sizes(), (std::vector<int64_t>{2, 2, 3, 5, 16}));
+  EXPECT_TRUE(blocked.is_contiguous());
+  // Element (n, c, h, w) at [n][c / 16][h][w][c % 16].
+  EXPECT_EQ(blocked[1][1][2][4][3].item<float>(), x[1][16 + 3][2][4].item<float>());
+  EXPECT_TRUE(torch::equal(from_blocked(blocked), x));
+  EXPECT_THROW(to_blocked(torch::zeros({1, 3, 4, 4})), c10::Error);
+  EXPECT_THROW(from_blocked(torch::zeros({1, 3, 4, 4})), c10::Error);
+}
+
 TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
   // Ranks may be threads of one process (as in these tests): the primitives are shared.
   if (!onednn_conv2d_available(64, 128, ConvAlgorithm::kWinograd)) GTEST_SKIP();

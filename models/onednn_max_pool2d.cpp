@@ -1,0 +1,131 @@
+#include "models/onednn_max_pool2d.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "models/onednn_support.h"
+
+namespace ddp::models {
+namespace {
+
+// LibTorch's max-pool on a view of `x`: each [n][c/16] slice is an H x W image of 16 channels,
+// channels-last, which LibTorch's channels-last max-pool reads without a copy.
+torch::Tensor libtorch_max_pool2d(const torch::Tensor& x) {
+  const int64_t n = x.size(0), blocks = x.size(1), h = x.size(2), w = x.size(3);
+  const torch::Tensor images = x.reshape({n * blocks, h, w, 16}).permute({0, 3, 1, 2});
+  const torch::Tensor pooled = torch::max_pool2d(images, 2, 2);
+  return pooled.permute({0, 2, 3, 1}).reshape({n, blocks, pooled.size(2), pooled.size(3), 16});
+}
+
+}  // namespace
+
+#if defined(DDP_ONEDNN_LAYERS)
+namespace {
+
+using namespace onednn;
+
+struct Primitives {
+  dnnl::pooling_forward::primitive_desc forward_pd;
+  dnnl::pooling_backward::primitive_desc backward_pd;
+  dnnl::pooling_forward forward;
+  dnnl::pooling_backward backward;
+};
+
+// N, C, H, W of the input.
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+Primitives make_primitives(const Shape& shape) {
+  const auto [n, c, h, w] = shape;
+  const memory::desc src({n, c, h, w}, kF32, Tag::nChw16c);
+  const memory::desc dst({n, c, h / 2, w / 2}, kF32, Tag::nChw16c);
+  const memory::dims window{2, 2}, no_padding{0, 0};
+  Primitives p;
+  p.forward_pd = dnnl::pooling_forward::primitive_desc(
+      dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
+                                  src, dst, window, window, no_padding, no_padding),
+      attr(), cpu_engine());
+  p.backward_pd = dnnl::pooling_backward::primitive_desc(
+      dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, src, dst, window, window,
+                                   no_padding, no_padding),
+      attr(), cpu_engine(), p.forward_pd);
+  p.forward = dnnl::pooling_forward(p.forward_pd);
+  p.backward = dnnl::pooling_backward(p.backward_pd);
+  return p;
+}
+
+const Primitives& primitives_for(const Shape& shape) {
+  static std::mutex mutex;
+  static std::map<Shape, Primitives> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(shape);
+  if (it == cache.end()) it = cache.emplace(shape, make_primitives(shape)).first;
+  return it->second;
+}
+
+Shape shape_of(const torch::Tensor& x) {
+  const memory::dims dims = dims_of(x);
+  return {dims[0], dims[1], dims[2], dims[3]};
+}
+
+// Forward keeps oneDNN's workspace (where each maximum was) for backward, not the input.
+struct MaxPoolFunction : torch::autograd::Function<MaxPoolFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input) {
+    const torch::Tensor x = input.contiguous();
+    const Shape shape = shape_of(x);
+    const Primitives& p = primitives_for(shape);
+    const auto [n, c, h, w] = shape;
+    torch::Tensor out = torch::empty({n, c / 16, h / 2, w / 2, 16}, x.options());
+    const torch::Tensor workspace = bytes(p.forward_pd.workspace_desc().get_size());
+    dnnl::stream stream(cpu_engine());
+    execute(p.forward, p.forward_pd, stream,
+            {{DNNL_ARG_SRC, wrap(x)},
+             {DNNL_ARG_DST, wrap(out)},
+             {DNNL_ARG_WORKSPACE,
+              memory(p.forward_pd.workspace_desc(), cpu_engine(), workspace.data_ptr())}});
+    stream.wait();
+    ctx->saved_data["workspace"] = workspace;
+    ctx->saved_data["shape"] = std::vector<int64_t>(x.sizes().begin(), x.sizes().end());
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const std::vector<int64_t> sizes = ctx->saved_data["shape"].toIntVector();
+    const torch::Tensor workspace = ctx->saved_data["workspace"].toTensor();
+    const torch::Tensor grad_out = grads[0].contiguous();
+    torch::Tensor grad_input = torch::empty(sizes, grad_out.options());
+    const Primitives& p = primitives_for(shape_of(grad_input));
+    dnnl::stream stream(cpu_engine());
+    execute(p.backward, p.backward_pd, stream,
+            {{DNNL_ARG_DIFF_DST, wrap(grad_out)},
+             {DNNL_ARG_DIFF_SRC, wrap(grad_input)},
+             {DNNL_ARG_WORKSPACE,
+              memory(p.backward_pd.workspace_desc(), cpu_engine(), workspace.data_ptr())}});
+    stream.wait();
+    return {grad_input};
+  }
+};
+
+}  // namespace
+
+torch::Tensor blocked_max_pool2d(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
+              "blocked_max_pool2d: expected a blocked activation [N, C/16, H, W, 16], got ",
+              x.sizes());
+  if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat) return libtorch_max_pool2d(x);
+  return MaxPoolFunction::apply(x);
+}
+
+#else  // no oneDNN 2.x
+
+torch::Tensor blocked_max_pool2d(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
+              "blocked_max_pool2d: expected a blocked activation [N, C/16, H, W, 16], got ",
+              x.sizes());
+  return libtorch_max_pool2d(x);
+}
+
+#endif
+
+}  // namespace ddp::models

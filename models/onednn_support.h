@@ -1,0 +1,131 @@
+// Internal to models/: what ddp.cpp's oneDNN layers (onednn_conv2d, onednn_max_pool2d) share:
+// the engine, how torch tensors map onto oneDNN memory in each activation layout, and running a
+// primitive with a scratchpad of its own.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "ddp_build_config.h"
+
+// oneDNN 2.x only: 3.0 replaced the operation descriptors these layers build their primitives
+// from, and ddp.cpp has not been measured against its kernels. Without it, LibTorch's own ops.
+#if defined(DDP_HAVE_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>
+#if DNNL_VERSION_MAJOR == 2
+#define DDP_ONEDNN_LAYERS 1
+#endif
+#endif
+
+#if defined(DDP_ONEDNN_LAYERS)
+#include <array>
+#include <map>
+#include <unordered_map>
+
+namespace ddp::models::onednn {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+inline dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// How a torch tensor holds an activation: contiguous (NCHW), channels-last (NHWC), or blocked
+// (nChw16c as a 5-d [N, C/16, H, W, 16] tensor, see onednn_conv2d_blocked()).
+enum class Layout { kContiguous, kChannelsLast, kBlocked };
+
+// The layout of `t`, once dense(): blocked when 5-d; else channels-last when not contiguous (a
+// tensor dense() has to copy becomes channels-last, and was not contiguous either).
+inline Layout layout_of(const torch::Tensor& t) {
+  if (t.dim() == 5) return Layout::kBlocked;
+  return t.is_contiguous() ? Layout::kContiguous : Layout::kChannelsLast;
+}
+
+// The logical [N, C, H, W] of an activation in any layout.
+inline memory::dims dims_of(const torch::Tensor& t) {
+  if (t.dim() == 5) return {t.size(0), t.size(1) * t.size(4), t.size(2), t.size(3)};
+  return {t.size(0), t.size(1), t.size(2), t.size(3)};
+}
+
+// The activation or weight `t` (dense, in any layout above) as oneDNN memory, without a copy.
+inline memory wrap(const torch::Tensor& t) {
+  static const std::map<Layout, Tag> tags{{Layout::kContiguous, Tag::nchw},
+                                          {Layout::kChannelsLast, Tag::nhwc},
+                                          {Layout::kBlocked, Tag::nChw16c}};
+  return memory(memory::desc(dims_of(t), kF32, tags.at(layout_of(t))), cpu_engine(), t.data_ptr());
+}
+
+inline memory wrap_vector(const torch::Tensor& t) {
+  return memory(memory::desc({t.numel()}, kF32, Tag::x), cpu_engine(), t.data_ptr());
+}
+
+// A buffer of `bytes` as a torch tensor, so that the allocator reuses it step after step.
+inline torch::Tensor bytes(size_t size) { return torch::empty({int64_t(size)}, torch::kUInt8); }
+
+// The attributes of every primitive here: a scratchpad brought by each call (see execute()).
+inline dnnl::primitive_attr attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// Runs `primitive` of `pd` with `args` and a scratchpad of its own: oneDNN's built-in one is
+// shared by all threads unless oneDNN was built for concurrent execution, and ranks may run as
+// threads of one process.
+template <class PrimitiveDesc>
+void execute(const dnnl::primitive& primitive, const PrimitiveDesc& pd, dnnl::stream& stream,
+             std::unordered_map<int, memory> args) {
+  const memory::desc desc = pd.scratchpad_desc();
+  const torch::Tensor scratchpad = bytes(desc.get_size());
+  args.emplace(DNNL_ARG_SCRATCHPAD, memory(desc, cpu_engine(), scratchpad.data_ptr()));
+  primitive.execute(stream, args);
+}
+
+// `from` copied into `to`, another layout of the same tensor.
+inline void reorder(const memory& from, const memory& to, dnnl::stream& stream) {
+  const dnnl::reorder::primitive_desc pd(from, to, attr());
+  execute(dnnl::reorder(pd), pd, stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
+// `from` in the layout `desc`: itself when it has it, else reordered into a buffer that `keep`
+// holds.
+inline memory in_layout(const memory& from, const memory::desc& desc, dnnl::stream& stream,
+                        torch::Tensor& keep) {
+  if (from.get_desc() == desc) return from;
+  keep = bytes(desc.get_size());
+  const memory to(desc, cpu_engine(), keep.data_ptr());
+  reorder(from, to, stream);
+  return to;
+}
+
+// `t` in its layout, dense: 5-d ones contiguous, 4-d ones contiguous or channels-last (others
+// become channels-last).
+inline torch::Tensor dense(const torch::Tensor& t) {
+  if (t.dim() == 5) return t.contiguous();
+  return t.is_contiguous() || t.is_contiguous(c10::MemoryFormat::ChannelsLast)
+             ? t
+             : t.contiguous(c10::MemoryFormat::ChannelsLast);
+}
+
+// `t`, an activation of the logical shape [N, C, H, W], as a dense tensor in `layout`.
+inline torch::Tensor as_layout(const torch::Tensor& t, Layout layout) {
+  if (layout == Layout::kBlocked) return t.contiguous();
+  return t.contiguous(layout == Layout::kChannelsLast ? c10::MemoryFormat::ChannelsLast
+                                                      : c10::MemoryFormat::Contiguous);
+}
+
+// A new activation of the logical shape `dims` in `layout`.
+inline torch::Tensor empty_activation(const memory::dims& dims, Layout layout,
+                                      const torch::TensorOptions& options) {
+  const auto [n, c, h, w] = std::array<int64_t, 4>{dims[0], dims[1], dims[2], dims[3]};
+  if (layout == Layout::kBlocked) return torch::empty({n, c / 16, h, w, 16}, options);
+  return torch::empty({n, c, h, w}, options.memory_format(layout == Layout::kChannelsLast
+                                                              ? c10::MemoryFormat::ChannelsLast
+                                                              : c10::MemoryFormat::Contiguous));
+}
+
+}  // namespace ddp::models::onednn
+
+#endif  // DDP_ONEDNN_LAYERS
