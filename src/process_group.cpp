@@ -3,9 +3,11 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -101,8 +103,12 @@ struct ProcessGroup::Backend {
   c10::intrusive_ptr<compat::CollectiveBackend> group;  // gloo, nccl or mpi
 };
 
-Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank)
-    : work_(std::move(work)), what_(std::move(what)), rank_(rank) {}
+Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
+           std::chrono::microseconds spin_before_sleep)
+    : work_(std::move(work)),
+      what_(std::move(what)),
+      rank_(rank),
+      spin_before_sleep_(spin_before_sleep) {}
 Work::Work(Work&&) noexcept = default;
 Work& Work::operator=(Work&&) noexcept = default;
 Work::~Work() = default;
@@ -110,6 +116,10 @@ Work::~Work() = default;
 void Work::wait() {
   if (!work_) return;
   try {
+    // Poll first (see ProcessGroupOptions::spin_before_sleep); sched_yield() lets any other
+    // runnable thread of this core go first, so the poll takes no time from ranks sharing it.
+    const auto spin_until = std::chrono::steady_clock::now() + spin_before_sleep_;
+    while (!work_->isCompleted() && std::chrono::steady_clock::now() < spin_until) sched_yield();
     work_->wait();
   } catch (const c10::Error& e) {
     throw PeerFailure(concat("rank ", rank_, ": ", what_,
@@ -230,6 +240,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->size_ = world_size;
   group->backend_ = options.backend;
   group->timeout_ = options.timeout;
+  group->spin_before_sleep_ = options.spin_before_sleep;
   group->device_ = options.device;
   group->backend_impl_ = std::make_unique<Backend>();
   if (options.backend == "nccl") {
@@ -345,14 +356,15 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
     std::vector<std::vector<at::Tensor>> output_bits(1);
     for (auto& o : outputs[0]) output_bits[0].push_back(o.view(torch::kHalf));
     auto work = backend_impl_->group->allgather(output_bits, bits);
-    return Work(std::move(work), "all-reduce(bfloat16)", rank_).then([outputs, tensor]() mutable {
-      torch::Tensor sum = outputs[0][0].to(torch::kFloat);
-      for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
-      tensor.copy_(sum);
-    });
+    return Work(std::move(work), "all-reduce(bfloat16)", rank_, spin_before_sleep_)
+        .then([outputs, tensor]() mutable {
+          torch::Tensor sum = outputs[0][0].to(torch::kFloat);
+          for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
+          tensor.copy_(sum);
+        });
   }
   std::vector<at::Tensor> tensors{tensor};
-  return Work(backend_impl_->group->allreduce(tensors), "all-reduce", rank_);
+  return Work(backend_impl_->group->allreduce(tensors), "all-reduce", rank_, spin_before_sleep_);
 }
 
 Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
@@ -362,7 +374,8 @@ Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
-  return Work(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", rank_);
+  return Work(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", rank_,
+              spin_before_sleep_);
 }
 
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
@@ -372,7 +385,8 @@ Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  return Work(backend_impl_->group->broadcast(tensors, opts), "broadcast", rank_);
+  return Work(backend_impl_->group->broadcast(tensors, opts), "broadcast", rank_,
+              spin_before_sleep_);
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
@@ -384,11 +398,14 @@ std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) 
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
-  Work(backend_impl_->group->allgather(outputs, inputs), "all-gather", rank_).wait();
+  Work(backend_impl_->group->allgather(outputs, inputs), "all-gather", rank_, spin_before_sleep_)
+      .wait();
   return outputs[0];
 }
 
-void ProcessGroup::barrier() { Work(backend_impl_->group->barrier(), "barrier", rank_).wait(); }
+void ProcessGroup::barrier() {
+  Work(backend_impl_->group->barrier(), "barrier", rank_, spin_before_sleep_).wait();
+}
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {
   return concat(what, "/", prefix_counter_++, "/");

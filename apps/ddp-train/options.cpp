@@ -203,6 +203,13 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.rendezvous_timeout = parse_double("--rendezvous-timeout", v, 0.1, 86400);
        }},
+      {"--spin-wait-ms", "MS",
+       "how long a rank polls a collective for completion (yielding its core) before it sleeps "
+       "on it (default 20; 0: sleep at once, as PyTorch's Gloo). On a VM, waking a sleeping "
+       "thread can take longer than the all-reduce",
+       [](O& o, const std::string& v) {
+         o.spin_wait_ms = parse_double("--spin-wait-ms", v, 0, 10000);
+       }},
       {"--bucket-cap-mb", "MB", "gradient bucket size for the all-reduce (default 25)",
        [](O& o, const std::string& v) {
          o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096);
@@ -363,8 +370,8 @@ std::string config_text(const TrainOptions& o) {
       << "\nprecision = " << o.precision
       << "\nbackend = " << (o.backend.empty() ? "auto" : o.backend)
       << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\ncomm_hook = " << o.comm_hook
-      << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad
-      << "\n";
+      << "\nspin_wait_ms = " << o.spin_wait_ms << "\noptimizer = " << o.optimizer
+      << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad << "\n";
   return out.str();
 }
 

@@ -336,6 +336,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
     pg.init_method = o.init_method;
     pg.timeout = to_ms(o.timeout);
     pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
+    pg.spin_before_sleep = std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000));
     s.group = ProcessGroup::init(pg, world);
   }
   if (is_root) {

@@ -59,6 +59,28 @@ TEST(ProcessGroup, ManyConcurrentAsynchronousAllReducesAllComplete) {
   EXPECT_EQ(errors, std::vector<std::string>(3, ""));
 }
 
+TEST(ProcessGroup, WaitsThatPollFirstGiveTheSameValuesAndStillWaitForASlowPeer) {
+  ProcessGroupOptions options;
+  options.spin_before_sleep = 2ms;
+  const auto errors = test::run_ranks(
+      2,
+      [](int rank, std::shared_ptr<ProcessGroup> group) {
+        for (int i = 0; i < 50; ++i) {
+          torch::Tensor t = torch::full({1000}, float(rank + i));
+          group->allreduce(t).wait();
+          ASSERT_TRUE(torch::equal(t, torch::full({1000}, float(1 + 2 * i)))) << i;
+        }
+        // Rank 1 comes 100 ms late, long after rank 0 stopped polling and went to sleep.
+        if (rank == 1) std::this_thread::sleep_for(100ms);
+        torch::Tensor late = torch::full({3}, float(rank + 1));
+        group->allreduce(late).wait();
+        EXPECT_TRUE(torch::equal(late, torch::full({3}, 3.0f)));
+        group->barrier();
+      },
+      30s, options);
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+}
+
 TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::string error0, error1;

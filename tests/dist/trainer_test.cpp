@@ -77,6 +77,11 @@ TEST_F(TrainerTest, RejectsBadFlagsClearly) {
   const auto missing = test::run({test::train_bin(), "--lr"});
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.output.find("--lr needs a value"), std::string::npos) << missing.output;
+  const auto spin = test::run({test::train_bin(), "--spin-wait-ms", "-1"});
+  EXPECT_EQ(spin.exit_code, 2);
+  EXPECT_NE(spin.output.find("--spin-wait-ms: '-1' is not a number in [0, 10000]"),
+            std::string::npos)
+      << spin.output;
   const auto dataset = test::run({test::train_bin(), "--dataset", "imagenet"});
   EXPECT_EQ(dataset.exit_code, 2);
   EXPECT_NE(dataset.output.find("unknown data set 'imagenet'"), std::string::npos)

@@ -118,14 +118,14 @@ TempDir::~TempDir() {
 
 std::vector<std::string> run_ranks(
     int world, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
-    std::chrono::milliseconds timeout) {
+    std::chrono::milliseconds timeout, const ProcessGroupOptions& base) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        ProcessGroupOptions options;
+        ProcessGroupOptions options = base;
         options.timeout = timeout;
         options.rendezvous_timeout = timeout;
         auto group = ProcessGroup::init_with_store(store, r, world, options);

@@ -10,9 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace ddp {
-class ProcessGroup;
-}
+#include "ddp/process_group.h"
 
 namespace ddp::test {
 
@@ -62,10 +60,12 @@ class TempDir {
 };
 
 /// Runs fn(rank, group) on `world` threads, one process group per thread over a shared
-/// in-memory store; returns each rank's exception message ("" when it succeeded).
+/// in-memory store, made with `options` but for their timeouts (`timeout`); returns each rank's
+/// exception message ("" when it succeeded).
 std::vector<std::string> run_ranks(
     int world, const std::function<void(int, std::shared_ptr<ProcessGroup>)>& fn,
-    std::chrono::milliseconds timeout = std::chrono::seconds(30));
+    std::chrono::milliseconds timeout = std::chrono::seconds(30),
+    const ProcessGroupOptions& options = {});
 
 /// The distinct "final weights fingerprint" values ddp-train printed in `output`.
 std::set<std::string> weight_fingerprints(const std::string& output);
