@@ -36,8 +36,7 @@ torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& wei
 /// The 4-d activation `x` (C a multiple of 16) as a blocked tensor; differentiable.
 torch::Tensor to_blocked(const torch::Tensor& x);
 
-/// The 4-d [N, C, H, W] activation a blocked tensor holds (a strided view, no copy);
-/// differentiable.
+/// The 4-d [N, C, H, W] activation a blocked tensor holds, as a contiguous copy; differentiable.
 torch::Tensor from_blocked(const torch::Tensor& x);
 
 /// The convolution of onednn_conv2d() with a blocked output. The input is 4-d (contiguous or
