@@ -48,17 +48,17 @@ awk -F'|' -v bits="$rate_bits" '
 ' "$tmp/table.md"
 
 echo
-echo "## a DDP step over the same link (ddp-train, Net, batch 64 per rank, 30 steps)"
+echo "## a DDP step over the same link (ddp-train, Net, batch 64 per rank, 100 steps)"
 echo
-build/ddp-train make-data --out "$tmp/data" --train 4000 --test 100 >/dev/null
-two_hosts build/ddp-train --data-dir "$tmp/data" --epochs 1 --max-steps 30 --no-eval --threads 1 \
+build/ddp-train make-data --out "$tmp/data" --train 12800 --test 100 >/dev/null
+two_hosts build/ddp-train --data-dir "$tmp/data" --epochs 1 --max-steps 100 --no-eval --threads 1 \
   --metrics "$tmp/metrics.jsonl" --log-every 1000000
 /usr/bin/python3 - "$tmp/metrics.jsonl" "$rate_bits" <<'PY'
 import json, sys
 epoch = [r for r in map(json.loads, open(sys.argv[1])) if "train_images" in r][-1]
 rate_bytes = float(sys.argv[2]) / 8
-steps = epoch["train_images"] / 64
 n = 2
+steps = epoch["train_images"] / (64 * n)  # train_images counts every rank's images
 grad = epoch["comm_bytes_per_step"]
 bound = 2 * (n - 1) / n * grad / rate_bytes
 exposed = epoch["comm_exposed_seconds"] / steps
