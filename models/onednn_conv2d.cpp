@@ -240,7 +240,7 @@ bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgo
 
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
                             const torch::Tensor& bias, ConvAlgorithm algorithm) {
-  const Layout layout = layout_of(dense(input));
+  const Layout layout = layout_of(input);  // the layout dense(input) has, without its copy
   if (input.dim() != 4 || !usable(input, weight, bias, algorithm, layout)) {
     return direct_conv2d(input, weight, bias);
   }
