@@ -1,8 +1,7 @@
 #include "models/onednn_conv2d.h"
 
-#include <map>
-#include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "models/onednn_support.h"
 #include "torch_compat.h"
@@ -105,15 +104,10 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   return p;
 }
 
-// Primitives by shape and algorithm, built once (a few per run: the batch size, the last batch's).
 const Primitives& primitives_for(const Shape& shape, ConvAlgorithm algorithm) {
-  static std::mutex mutex;
-  static std::map<std::pair<Shape, ConvAlgorithm>, Primitives> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(shape, algorithm);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_primitives(shape, algorithm)).first;
-  return it->second;
+  return built_once<Primitives>(std::make_pair(shape, algorithm), [](const auto& key) {
+    return make_primitives(key.first, key.second);
+  });
 }
 
 Shape shape_of(const torch::Tensor& input, const torch::Tensor& weight, Layout out_layout) {

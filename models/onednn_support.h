@@ -19,6 +19,7 @@
 #if defined(DDP_ONEDNN_LAYERS)
 #include <array>
 #include <map>
+#include <mutex>
 #include <unordered_map>
 
 namespace ddp::models::onednn {
@@ -59,6 +60,18 @@ inline memory wrap(const torch::Tensor& t) {
 
 inline memory wrap_vector(const torch::Tensor& t) {
   return memory(memory::desc({t.numel()}, kF32, Tag::x), cpu_engine(), t.data_ptr());
+}
+
+// make(key), made on the first call with `key` and kept for the process; safe from several
+// threads. For primitives by problem shape: a few per run (the batch size's, the last batch's).
+template <class Value, class Key, class Make>
+const Value& built_once(const Key& key, const Make& make) {
+  static std::mutex mutex;
+  static std::map<Key, Value> built;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = built.find(key);
+  if (it == built.end()) it = built.emplace(key, make(key)).first;
+  return it->second;
 }
 
 // A buffer of `bytes` as a torch tensor, so that the allocator reuses it step after step.
