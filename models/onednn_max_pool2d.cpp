@@ -1,7 +1,5 @@
 #include "models/onednn_max_pool2d.h"
 
-#include <map>
-#include <mutex>
 #include <tuple>
 
 #include "models/onednn_support.h"
@@ -55,12 +53,7 @@ Primitives make_primitives(const Shape& shape) {
 }
 
 const Primitives& primitives_for(const Shape& shape) {
-  static std::mutex mutex;
-  static std::map<Shape, Primitives> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(shape);
-  if (it == cache.end()) it = cache.emplace(shape, make_primitives(shape)).first;
-  return it->second;
+  return built_once<Primitives>(shape, make_primitives);
 }
 
 Shape shape_of(const torch::Tensor& x) {
@@ -109,23 +102,16 @@ struct MaxPoolFunction : torch::autograd::Function<MaxPoolFunction> {
 
 }  // namespace
 
-torch::Tensor blocked_max_pool2d(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
-              "blocked_max_pool2d: expected a blocked activation [N, C/16, H, W, 16], got ",
-              x.sizes());
-  if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat) return libtorch_max_pool2d(x);
-  return MaxPoolFunction::apply(x);
-}
-
-#else  // no oneDNN 2.x
+#endif
 
 torch::Tensor blocked_max_pool2d(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
               "blocked_max_pool2d: expected a blocked activation [N, C/16, H, W, 16], got ",
               x.sizes());
+#if defined(DDP_ONEDNN_LAYERS)
+  if (x.device().is_cpu() && x.scalar_type() == torch::kFloat) return MaxPoolFunction::apply(x);
+#endif
   return libtorch_max_pool2d(x);
 }
-
-#endif
 
 }  // namespace ddp::models
