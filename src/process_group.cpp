@@ -17,7 +17,6 @@
 #include <gloo/common/error.h>
 
 #include "ddp/error.h"
-#include "realtime_threads.h"
 #include "torch_compat.h"
 
 namespace ddp {
@@ -243,10 +242,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->timeout_ = options.timeout;
   group->spin_before_sleep_ = options.spin_before_sleep;
   group->device_ = options.device;
-  if (options.comm_thread_priority < 0 || options.comm_thread_priority > 99) {
-    throw InvalidArgument(concat("communication thread priority ", options.comm_thread_priority,
-                                 " is out of range: SCHED_FIFO takes 1-99, and 0 means normal"));
-  }
   group->backend_impl_ = std::make_unique<Backend>();
   if (options.backend == "nccl") {
 #if defined(USE_C10D_NCCL)
@@ -280,13 +275,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   std::string host = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   try {
-    // Gloo starts its threads while it connects; they inherit this thread's policy meanwhile.
-    RealtimeThreadScope realtime(options.comm_thread_priority);
     group->backend_impl_->group = compat::make_gloo(
         c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size, options.timeout,
         host, options.bind_address.empty() && ifname ? ifname : "");
-    group->comm_threads_realtime_ = realtime.realtime();
-    group->comm_threads_note_ = realtime.note();
   } catch (const std::exception& e) {
     throw DistributedError(concat(
         "rank ", rank, ": cannot connect the gloo process group (bound to ",

@@ -210,14 +210,6 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string& v) {
          o.spin_wait_ms = parse_double("--spin-wait-ms", v, 0, 10000);
        }},
-      {"--comm-priority", "N",
-       "SCHED_FIFO priority (1-99) of gloo's communication threads (default 1; 0: normal "
-       "priority, as PyTorch): they run the moment a peer's bytes arrive instead of after a "
-       "compute thread's time slice. Needs root or `ulimit -r N`; without, normal priority, and "
-       "the start-up line says so",
-       [](O& o, const std::string& v) {
-         o.comm_priority = int(parse_int64("--comm-priority", v, 0, 99));
-       }},
       {"--bucket-cap-mb", "MB", "gradient bucket size for the all-reduce (default 25)",
        [](O& o, const std::string& v) {
          o.bucket_cap_mb = parse_double("--bucket-cap-mb", v, 0.001, 4096);
@@ -378,9 +370,8 @@ std::string config_text(const TrainOptions& o) {
       << "\nprecision = " << o.precision
       << "\nbackend = " << (o.backend.empty() ? "auto" : o.backend)
       << "\nbucket_cap_mb = " << o.bucket_cap_mb << "\ncomm_hook = " << o.comm_hook
-      << "\nspin_wait_ms = " << o.spin_wait_ms << "\ncomm_priority = " << o.comm_priority
-      << "\noptimizer = " << o.optimizer << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad
-      << "\n";
+      << "\nspin_wait_ms = " << o.spin_wait_ms << "\noptimizer = " << o.optimizer
+      << "\nzero = " << o.zero << "\nno_pad = " << o.no_pad << "\n";
   return out.str();
 }
 

@@ -49,7 +49,6 @@ struct TrainOptions {
   double timeout = 300;             // seconds, for every collective
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
   double spin_wait_ms = 20;         // how long a collective's wait polls before it sleeps
-  int comm_priority = 1;            // SCHED_FIFO priority of gloo's threads (0: normal)
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
   bool no_pad = false;                  // sampler without padding; ranks join when out of data

@@ -337,7 +337,6 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
     pg.timeout = to_ms(o.timeout);
     pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
     pg.spin_before_sleep = std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000));
-    if (s.backend == "gloo") pg.comm_thread_priority = o.comm_priority;
     s.group = ProcessGroup::init(pg, world);
   }
   if (is_root) {
@@ -347,9 +346,6 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
         world.world_size, world.source.c_str(), s.device.is_cuda() ? "cuda:LOCAL_RANK" : "cpu",
         world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
     std::printf("memory: %s\n", to_string(allocator).c_str());
-    if (s.group && s.backend == "gloo") {
-      std::printf("communication threads: %s\n", s.group->comm_threads_note().c_str());
-    }
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);

@@ -48,17 +48,6 @@ struct ProcessGroupOptions {
   /// there (measured on a 2-vCPU VM: DDP's exposed time per step 3.7-4.2 -> 2.0-2.4 ms with 20 ms).
   /// Zero (the default, as PyTorch's Gloo): sleep at once.
   std::chrono::microseconds spin_before_sleep{0};
-  /// Gloo only: the SCHED_FIFO priority (1-99) of the backend's own threads (its socket loop and
-  /// the workers that run the collectives), so that they run the moment a peer's bytes arrive
-  /// instead of waiting for a compute thread's time slice: when every core trains, a woken normal
-  /// thread can wait up to a scheduler tick (4 ms at HZ=250), several times per all-reduce. The
-  /// threads sleep between messages, so they take the cores only to move bytes. Measured on a
-  /// 2-vCPU VM (2 ranks x 1 thread, 630 KB of gradients in one bucket): the all-reduce's time
-  /// once the last rank has started it, median ~0.8 -> ~0.1 ms in calm spells.
-  /// Needs root (CAP_SYS_NICE) or `ulimit -r`; where not permitted the threads run at normal
-  /// priority and ProcessGroup::comm_threads_note() says why. Zero (the default, as PyTorch):
-  /// normal priority.
-  int comm_thread_priority = 0;
 };
 
 /// Handle on one asynchronous collective.
@@ -108,12 +97,6 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// Where the backend's tensors live (ProcessGroupOptions::device).
   torch::Device device() const { return device_; }
-  /// Whether the backend's threads run under SCHED_FIFO
-  /// (ProcessGroupOptions::comm_thread_priority).
-  bool comm_threads_realtime() const { return comm_threads_realtime_; }
-  /// How the backend's threads are scheduled, for logs: "SCHED_FIFO priority 1", or "normal
-  /// priority" with the reason when a real-time one was asked for and refused.
-  const std::string& comm_threads_note() const { return comm_threads_note_; }
 
   /// Starts an in-place sum over all ranks of a dense tensor (float, double, half, bfloat16,
   /// integers).
@@ -148,8 +131,6 @@ class ProcessGroup {
   int size_ = 1;
   std::chrono::milliseconds timeout_{0};
   std::chrono::microseconds spin_before_sleep_{0};
-  bool comm_threads_realtime_ = false;
-  std::string comm_threads_note_ = "normal priority";
   torch::Device device_ = torch::kCPU;
   int prefix_counter_ = 0;
 };

@@ -6,11 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <sched.h>
-
-#include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
 #include <torch/torch.h>
@@ -83,65 +79,6 @@ TEST(ProcessGroup, WaitsThatPollFirstGiveTheSameValuesAndStillWaitForASlowPeer) 
       },
       30s, options);
   EXPECT_EQ(errors, std::vector<std::string>(2, ""));
-}
-
-// Threads of this process running under SCHED_FIFO.
-int fifo_threads() {
-  int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
-    if (sched_getscheduler(std::stoi(entry.path().filename())) == SCHED_FIFO) ++count;
-  }
-  return count;
-}
-
-TEST(ProcessGroup, GlooThreadsRunRealtimeWhenAskedAndPermittedWhileTheRanksStayNormal) {
-  ASSERT_EQ(fifo_threads(), 0);
-  ProcessGroupOptions options;
-  options.comm_thread_priority = 1;
-  std::atomic<int> realtime_groups{0};
-  std::atomic<int> fifo_seen{0};
-  const auto errors = test::run_ranks(
-      2,
-      [&](int rank, std::shared_ptr<ProcessGroup> group) {
-        EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER) << "the rank's own thread changed policy";
-        if (group->comm_threads_realtime()) {
-          ++realtime_groups;
-          EXPECT_EQ(group->comm_threads_note(), "SCHED_FIFO priority 1");
-        } else {
-          EXPECT_NE(group->comm_threads_note().find("normal priority (SCHED_FIFO priority 1 not "
-                                                    "permitted"),
-                    std::string::npos)
-              << group->comm_threads_note();
-        }
-        group->barrier();  // both groups exist, with their threads
-        if (rank == 0) fifo_seen = fifo_threads();
-        for (int i = 0; i < 20; ++i) {
-          torch::Tensor t = torch::full({100000}, float(rank + i));
-          group->allreduce(t).wait();
-          ASSERT_TRUE(torch::equal(t, torch::full({100000}, float(1 + 2 * i)))) << i;
-        }
-        group->barrier();
-      },
-      30s, options);
-  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
-  if (realtime_groups == 0) GTEST_SKIP() << "SCHED_FIFO is not permitted here";
-  EXPECT_EQ(realtime_groups, 2);
-  EXPECT_GE(fifo_seen, 2) << "each group's socket loop and workers run under SCHED_FIFO";
-  EXPECT_EQ(fifo_threads(), 0) << "the groups' threads ended with them";
-}
-
-TEST(ProcessGroup, CommThreadPriorityOutOfRangeIsRejected) {
-  ProcessGroupOptions options;
-  options.comm_thread_priority = 100;
-  try {
-    ProcessGroup::init_with_store(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
-    FAIL() << "priority 100 accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("communication thread priority 100 is out of range: "
-                                         "SCHED_FIFO takes 1-99, and 0 means normal"),
-              std::string::npos)
-        << e.what();
-  }
 }
 
 TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
