@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # DDP overhead: 2 workers x 1 thread training with DDP against the same two processes training
-# without any gradient communication (--no-sync-baseline), same batch, in turns. Times are rank
-# 0's training seconds from --metrics; the step-time breakdown of the last pair follows.
-# usage: bench/ddp_overhead.sh [PAIRS (5)] [STEPS (100)] [ddp-train flags for both...]
+# without any gradient communication (--no-sync-baseline), same batch, in turns. A third run in
+# each turn keeps the ranks in step without moving gradients (--lockstep-baseline: an
+# all-reduce of one float after every backward), to tell what DDP itself costs from what waiting for the slower rank
+# costs. Times are the job's training seconds from --metrics; the step-time breakdown of the last
+# turn follows.
+# usage: bench/ddp_overhead.sh [TURNS (5)] [STEPS (100)] [ddp-train flags for all runs...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-5}
@@ -25,25 +28,31 @@ run() {
 # The value of KEY in run NAME's epoch record: value NAME KEY.
 value() { last_metric "$out/$1.jsonl" "$2"; }
 
-echo "| pair | with DDP s | without communication s | overhead |"
-echo "|---|---|---|---|"
+echo "| turn | with DDP s | lockstep only s | without communication s | DDP overhead | lockstep only |"
+echo "|---|---|---|---|---|---|"
 ratios=()
+lockstep_ratios=()
 for ((i = 1; i <= pairs; i++)); do
   run ddp "$@"
+  run lockstep --lockstep-baseline "$@"
   run baseline --no-sync-baseline "$@"
   a=$(value ddp epoch_seconds)
+  l=$(value lockstep epoch_seconds)
   b=$(value baseline epoch_seconds)
   ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')")
-  awk -v i="$i" -v a="$a" -v b="$b" 'BEGIN { printf "| %d | %.3f | %.3f | %+.1f%% |\n", i, a, b, 100 * (a / b - 1) }'
+  lockstep_ratios+=("$(awk -v a="$l" -v b="$b" 'BEGIN { print a / b }')")
+  awk -v i="$i" -v a="$a" -v l="$l" -v b="$b" 'BEGIN {
+    printf "| %d | %.3f | %.3f | %.3f | %+.1f%% | %+.1f%% |\n", i, a, l, b, 100 * (a / b - 1), 100 * (l / b - 1) }'
 done
-median=$(awk -v m="$(median "${ratios[@]}")" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }')
+percent() { awk -v m="$1" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }'; }
 echo
-echo "median DDP overhead: $median ($pairs pairs, $steps steps of 2 x 64 images)"
+echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($pairs turns, $steps steps of 2 x 64 images)"
+echo "median cost of lockstep alone (one float all-reduced per step, no gradients): $(percent "$(median "${lockstep_ratios[@]}")")"
 echo
-echo "step time on rank 0, last pair (ms per step):"
+echo "step time on rank 0, last turn (ms per step; the lockstep run's all-reduce counts as exposed communication):"
 echo "| run | data wait | forward | backward | exposed communication | optimizer |"
 echo "|---|---|---|---|---|---|"
-for name in ddp baseline; do
+for name in ddp lockstep baseline; do
   printf "| %s |" "$name"
   for key in data_wait_seconds forward_seconds backward_seconds comm_exposed_seconds optimizer_seconds; do
     awk -v s="$(value "$name" "$key")" -v n="$steps" 'BEGIN { printf " %.2f |", 1000 * s / n }'

@@ -239,6 +239,11 @@ const std::vector<Flag>& flags() {
        "benchmark only: ranks train without averaging gradients (DDP overhead = step time with DDP "
        "/ without)",
        [](O& o, const std::string&) { o.no_sync_baseline = true; }},
+      {"--lockstep-baseline", "",
+       "benchmark only: like --no-sync-baseline, but the ranks wait for each other after every "
+       "backward (an all-reduce of one float, no gradients): what keeping ranks in step costs by "
+       "itself",
+       [](O& o, const std::string&) { o.no_sync_baseline = o.lockstep_baseline = true; }},
       {"--checkpoint-dir", "DIR",
        "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
        [](O& o, const std::string& v) { o.checkpoint_dir = v; }},

@@ -57,6 +57,7 @@ struct TrainOptions {
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train
   bool dry_run = false;                 // print the configuration and the plan, train nothing
   bool no_sync_baseline = false;        // benchmark: ranks train without the gradient all-reduce
+  bool lockstep_baseline = false;       // benchmark: ... but wait for each other every step
   // Checkpoints and interop.
   std::string checkpoint_dir;
   int checkpoint_every = 1;  // epochs

@@ -595,9 +595,14 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         DDPOptions().bucket_cap_mb(o.bucket_cap_mb).first_bucket_cap_mb(o.first_bucket_cap_mb));
     ddp_model->register_comm_hook(make_comm_hook(o.comm_hook));
   } else if (group && is_root) {
-    std::printf(
-        "--no-sync-baseline: gradients are NOT averaged; for measuring DDP's overhead only\n");
+    std::printf("%s: gradients are NOT averaged; for measuring DDP's overhead only\n",
+                o.lockstep_baseline ? "--lockstep-baseline" : "--no-sync-baseline");
   }
+  // --lockstep-baseline: the ranks still wait for each other after every backward, through the
+  // all-reduce DDP ends backward with, but of one float instead of the gradients: what keeping
+  // them in step costs by itself.
+  const bool lockstep = group && o.lockstep_baseline;
+  torch::Tensor lockstep_token = torch::zeros({1});
 
   DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampler_options(o));
   data::Loader loader(*train_set, loader_options);
@@ -674,6 +679,12 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       auto t2 = now_after(device);
       zero_grad();
       loss.backward();
+      double lockstep_wait = 0;
+      if (lockstep) {
+        const auto start = Clock::now();
+        group->allreduce(lockstep_token).wait();
+        lockstep_wait = since(start);
+      }
       auto t3 = now_after(device);
       const bool updated = update([&] {
         const double value = loss.item<double>();
@@ -684,7 +695,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       });
       if (!updated) continue;  // the batch is consumed, only the update is skipped
       auto t4 = now_after(device);
-      const double exposed = ddp_model ? ddp_model->stats().last_exposed_comm_seconds : 0.0;
+      const double exposed =
+          ddp_model ? ddp_model->stats().last_exposed_comm_seconds : lockstep_wait;
       times.data_wait += std::chrono::duration<double>(t1 - t0).count();
       times.forward += std::chrono::duration<double>(t2 - t1).count();
       times.backward += std::chrono::duration<double>(t3 - t2).count() - exposed;

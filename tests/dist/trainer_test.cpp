@@ -503,16 +503,66 @@ TEST_F(TrainerTest, ResnetWithPowerSgdAndZeroKeepsRanksIdentical) {
             0.75 * last_value(out / "plain.jsonl", "optimizer_state_mb"));
 }
 
+// The overhead bench's two baselines: neither averages gradients, so the ranks (different data)
+// end with different weights; the lockstep one still waits for the other rank every step, and
+// that wait is reported as exposed communication.
+TEST_F(TrainerTest, BaselinesForTheOverheadBenchTrainWithoutAveraging) {
+  test::TempDir out;
+  auto run = [&](const std::string& mode) {
+    return test::run({test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(),
+                      "--epochs", "1", "--max-steps", "5", "--batch-size", "16", "--no-eval",
+                      "--metrics", out / (mode + ".jsonl"), "--" + mode + "-baseline"},
+                     {}, 120s);
+  };
+  for (const std::string mode : {"no-sync", "lockstep"}) {
+    const auto r = run(mode);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("--" + mode + "-baseline: gradients are NOT averaged"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(test::weight_fingerprints(r.output).size(), 2u) << r.output;
+    const double exposed = last_value(out / (mode + ".jsonl"), "comm_exposed_seconds");
+    if (mode == "lockstep") {
+      EXPECT_GT(exposed, 0);
+    } else {
+      EXPECT_EQ(exposed, 0);
+    }
+  }
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag :
-       {"--dataset",     "--data-dir",    "--download",     "--model",        "--epochs",
-        "--batch-size",  "--lr",          "--momentum",     "--weight-decay", "--seed",
-        "--threads",     "--max-steps",   "--metrics",      "--log-every",    "--backend",
-        "--init-method", "--normalize",   "--random-crop",  "--hflip",        "--nproc-per-node",
-        "--no-pad",      "--zero",        "--comm-hook",    "--optimizer",    "--device",
-        "--preset",      "--lr-schedule", "--warmup-epochs"}) {
+  for (const char* flag : {"--dataset",
+                           "--data-dir",
+                           "--download",
+                           "--model",
+                           "--epochs",
+                           "--batch-size",
+                           "--lr",
+                           "--momentum",
+                           "--weight-decay",
+                           "--seed",
+                           "--threads",
+                           "--max-steps",
+                           "--metrics",
+                           "--log-every",
+                           "--backend",
+                           "--init-method",
+                           "--normalize",
+                           "--random-crop",
+                           "--hflip",
+                           "--nproc-per-node",
+                           "--no-pad",
+                           "--zero",
+                           "--comm-hook",
+                           "--optimizer",
+                           "--device",
+                           "--preset",
+                           "--lr-schedule",
+                           "--warmup-epochs",
+                           "--no-sync-baseline",
+                           "--lockstep-baseline"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
