@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # DDP overhead: 2 workers x 1 thread training with DDP against the same two processes training
 # without any gradient communication (--no-sync-baseline), same batch, in turns. A third run in
-# each turn keeps the ranks in step without moving gradients (--lockstep-baseline: an
-# all-reduce of one float after every backward), to tell what DDP itself costs from what waiting for the slower rank
-# costs. Times are the job's training seconds from --metrics; the step-time breakdown of the last
-# turn follows.
+# each turn keeps the ranks in step without moving gradients (--lockstep-baseline: an all-reduce
+# of one float after every backward), to tell what DDP itself costs from what waiting for the
+# slower rank costs. Times are the job's training seconds from --metrics; the step-time breakdown
+# of the last turn follows.
 # usage: bench/ddp_overhead.sh [TURNS (5)] [STEPS (100)] [ddp-train flags for all runs...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pairs=${1:-5}
+turns=${1:-5}
 steps=${2:-100}
 shift $(($# < 2 ? $# : 2))
 source bench/common.sh
@@ -32,7 +32,7 @@ echo "| turn | with DDP s | lockstep only s | without communication s | DDP over
 echo "|---|---|---|---|---|---|"
 ratios=()
 lockstep_ratios=()
-for ((i = 1; i <= pairs; i++)); do
+for ((i = 1; i <= turns; i++)); do
   run ddp "$@"
   run lockstep --lockstep-baseline "$@"
   run baseline --no-sync-baseline "$@"
@@ -46,7 +46,7 @@ for ((i = 1; i <= pairs; i++)); do
 done
 percent() { awk -v m="$1" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }'; }
 echo
-echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($pairs turns, $steps steps of 2 x 64 images)"
+echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($turns turns, $steps steps of 2 x 64 images)"
 echo "median cost of lockstep alone (one float all-reduced per step, no gradients): $(percent "$(median "${lockstep_ratios[@]}")")"
 echo
 echo "step time on rank 0, last turn (ms per step; the lockstep run's all-reduce counts as exposed communication):"

@@ -603,6 +603,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // them in step costs by itself.
   const bool lockstep = group && o.lockstep_baseline;
   torch::Tensor lockstep_token = torch::zeros({1});
+  // Start in step, as DDP's constructor (its broadcast of the weights) makes the ranks; otherwise
+  // the first step's wait would absorb the ranks' different start-up times.
+  if (lockstep) group->allreduce(lockstep_token).wait();
 
   DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampler_options(o));
   data::Loader loader(*train_set, loader_options);
