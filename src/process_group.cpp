@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +26,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
+
+// Gloo's TCP transport (Debian 12's libgloo-dev, which LibTorch 1.13 uses) sends with writev(),
+// which cannot pass MSG_NOSIGNAL: a write to a peer that has just exited raises SIGPIPE, whose
+// default action kills this whole process before Gloo can report the broken connection. Python
+// ignores SIGPIPE, so PyTorch's ranks never see this. While it lives, this scope blocks SIGPIPE
+// in the calling thread, and the threads Gloo starts meanwhile (its socket loop and collective
+// workers, the only ones that write) inherit the mask: their writes then fail with EPIPE and the
+// collective with a PeerFailure naming the rank. The process's disposition is left alone.
+class SigpipeBlockedForNewThreads {
+ public:
+  SigpipeBlockedForNewThreads() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+  }
+  ~SigpipeBlockedForNewThreads() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SigpipeBlockedForNewThreads(const SigpipeBlockedForNewThreads&) = delete;
+  SigpipeBlockedForNewThreads& operator=(const SigpipeBlockedForNewThreads&) = delete;
+
+ private:
+  sigset_t old_;
+};
 
 // The local address the kernel would use to reach `host` (connecting a UDP socket sends nothing).
 std::string route_address_to(const std::string& host, int port) {
@@ -275,6 +299,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   std::string host = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   try {
+    SigpipeBlockedForNewThreads no_sigpipe;
     group->backend_impl_->group = compat::make_gloo(
         c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size, options.timeout,
         host, options.bind_address.empty() && ifname ? ifname : "");
