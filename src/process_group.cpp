@@ -142,8 +142,8 @@ void Work::wait() {
   try {
     // Poll first (see ProcessGroupOptions::spin_before_sleep); sched_yield() lets any other
     // runnable thread of this core go first, so the poll takes no time from ranks sharing it.
-    const auto spin_until = std::chrono::steady_clock::now() + spin_before_sleep_;
-    while (!work_->isCompleted() && std::chrono::steady_clock::now() < spin_until) sched_yield();
+    const auto spin_until = Clock::now() + spin_before_sleep_;
+    while (!work_->isCompleted() && Clock::now() < spin_until) sched_yield();
     work_->wait();
   } catch (const c10::Error& e) {
     throw PeerFailure(concat("rank ", rank_, ": ", what_,
@@ -381,15 +381,14 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
     std::vector<std::vector<at::Tensor>> output_bits(1);
     for (auto& o : outputs[0]) output_bits[0].push_back(o.view(torch::kHalf));
     auto work = backend_impl_->group->allgather(output_bits, bits);
-    return Work(std::move(work), "all-reduce(bfloat16)", rank_, spin_before_sleep_)
-        .then([outputs, tensor]() mutable {
-          torch::Tensor sum = outputs[0][0].to(torch::kFloat);
-          for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
-          tensor.copy_(sum);
-        });
+    return track(std::move(work), "all-reduce(bfloat16)").then([outputs, tensor]() mutable {
+      torch::Tensor sum = outputs[0][0].to(torch::kFloat);
+      for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
+      tensor.copy_(sum);
+    });
   }
   std::vector<at::Tensor> tensors{tensor};
-  return Work(backend_impl_->group->allreduce(tensors), "all-reduce", rank_, spin_before_sleep_);
+  return track(backend_impl_->group->allreduce(tensors), "all-reduce");
 }
 
 Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
@@ -399,8 +398,7 @@ Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
-  return Work(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", rank_,
-              spin_before_sleep_);
+  return track(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)");
 }
 
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
@@ -410,8 +408,7 @@ Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  return Work(backend_impl_->group->broadcast(tensors, opts), "broadcast", rank_,
-              spin_before_sleep_);
+  return track(backend_impl_->group->broadcast(tensors, opts), "broadcast");
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
@@ -423,13 +420,14 @@ std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) 
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
   std::vector<at::Tensor> inputs{tensor};
-  Work(backend_impl_->group->allgather(outputs, inputs), "all-gather", rank_, spin_before_sleep_)
-      .wait();
+  track(backend_impl_->group->allgather(outputs, inputs), "all-gather").wait();
   return outputs[0];
 }
 
-void ProcessGroup::barrier() {
-  Work(backend_impl_->group->barrier(), "barrier", rank_, spin_before_sleep_).wait();
+void ProcessGroup::barrier() { track(backend_impl_->group->barrier(), "barrier").wait(); }
+
+Work ProcessGroup::track(c10::intrusive_ptr<c10d::Work> work, std::string what) const {
+  return Work(std::move(work), std::move(what), rank_, spin_before_sleep_);
 }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {

@@ -120,6 +120,8 @@ class ProcessGroup {
   ProcessGroup() = default;
   void check_rendezvous(std::chrono::milliseconds timeout);
   bool needs_device_copy(const torch::Tensor& tensor) const;
+  /// `work` as this rank's Work: errors name the rank and `what`, waits poll as configured.
+  Work track(c10::intrusive_ptr<c10d::Work> work, std::string what) const;
   /// Runs `collective` on a copy of `tensor` on device() and copies the result back when done.
   Work through_device(torch::Tensor& tensor, const std::function<Work(torch::Tensor&)>& collective);
 
