@@ -4,7 +4,9 @@
 # each turn keeps the ranks in step without moving gradients (--lockstep-baseline: an all-reduce
 # of one float after every backward), to tell what DDP itself costs from what waiting for the
 # slower rank costs. Times are the job's training seconds from --metrics; the step-time breakdown
-# of the last turn follows.
+# of the last turn follows, then bench/step_trace.py's summary of every run's --step-trace (how
+# far apart the ranks reach the all-reduce, how long it takes once both have, and what lock step
+# would cost the free-running ranks with their own step times).
 # usage: bench/ddp_overhead.sh [TURNS (5)] [STEPS (100)] [ddp-train flags for all runs...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,13 +19,15 @@ data=$bench_data
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# Trains once; the metrics' epoch record lands in $out/$1.jsonl.
+# Trains once, in turn $i; the metrics' epoch record lands in $out/$1.jsonl, the step traces in
+# $out/$1.$i.RANK.csv.
 run() {
   local name=$1
   shift
   rm -f "$out/$name.jsonl"
   build/ddp-train --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
-    --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" "$@" >/dev/null
+    --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" --step-trace "$out/$name.$i" \
+    "$@" >/dev/null
 }
 # The value of KEY in run NAME's epoch record: value NAME KEY.
 value() { last_metric "$out/$1.jsonl" "$2"; }
@@ -59,3 +63,7 @@ for name in ddp lockstep baseline; do
   done
   echo
 done
+echo
+echo "where the waiting goes, medians over the $turns turns (bench/step_trace.py; ms per step):"
+traces() { local t p=""; for ((t = 1; t <= turns; t++)); do p+="${p:+,}$out/$1.$t"; done; echo "$1=$p"; }
+python3 bench/step_trace.py "$(traces ddp)" "$(traces lockstep)" "$(traces baseline)"

@@ -151,6 +151,11 @@ const std::vector<Flag>& flags() {
        }},
       {"--metrics", "FILE", "append JSON-lines metrics (steps and epochs) to FILE (rank 0)",
        [](O& o, const std::string& v) { o.metrics = v; }},
+      {"--step-trace", "PREFIX",
+       "every rank writes its steps' times (batch ready, forward, own backward, gradients "
+       "averaged, optimizer; monotonic-clock seconds) to PREFIX.RANK.csv, to find a straggling "
+       "rank; bench/step_trace.py summarises them",
+       [](O& o, const std::string& v) { o.step_trace = v; }},
       {"--tensorboard", "DIR",
        "write TensorBoard event files to DIR (rank 0): train/loss and train/lr per logged step, "
        "epoch/train_loss, epoch/test_loss, epoch/test_accuracy and epoch/images_per_second",

@@ -37,6 +37,7 @@ struct TrainOptions {
   int threads = 0;          // 0: cores / local workers, or OMP_NUM_THREADS
   int64_t max_steps = 0;    // per epoch; 0: the whole epoch
   std::string metrics;      // JSON lines file, written by rank 0
+  std::string step_trace;   // prefix of the per-rank step-time CSV files (every rank)
   std::string tensorboard;  // directory for TensorBoard event files, written by rank 0
   int64_t log_every = 50;
   bool evaluate = true;

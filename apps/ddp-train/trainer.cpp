@@ -31,6 +31,7 @@
 #include "ddp/zero.h"
 #include "models/classifier.h"
 #include "progress.h"
+#include "step_trace.h"
 #include "tensorboard.h"
 
 namespace ddp::train {
@@ -611,6 +612,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   data::Loader loader(*train_set, loader_options);
 
   MetricsWriter metrics(is_root ? o.metrics : "");
+  StepTrace trace(o.step_trace, rank);
   std::optional<TensorBoardWriter> tensorboard;
   if (is_root && !o.tensorboard.empty()) tensorboard.emplace(o.tensorboard);
   metrics.write(JsonRecord().add("config", config_text(o)).add("world_size", world_size));
@@ -705,6 +707,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       times.backward += std::chrono::duration<double>(t3 - t2).count() - exposed;
       times.comm_exposed += exposed;
       times.optimizer += std::chrono::duration<double>(t4 - t3).count();
+      if (trace.enabled()) {
+        const auto backward_done = t3 - std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double>(exposed));
+        trace.write({epoch, global_step, t0, t1, t2, backward_done, t3, t4});
+      }
       const int64_t count = batch->labels.size(0);
       loss_sum += loss.detach().to(torch::kFloat64) * double(count);
       images += count;

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
+#include <vector>
 
 #include <torch/cuda.h>
 
@@ -530,6 +532,51 @@ TEST_F(TrainerTest, BaselinesForTheOverheadBenchTrainWithoutAveraging) {
   }
 }
 
+// --step-trace: each rank writes one line per step whose times follow the step's order, and the
+// bench's summary reads them (the ranks wait for each other, so it reports the collective's
+// latency). A prefix in a missing directory is refused before training, naming the file.
+TEST_F(TrainerTest, StepTraceTimesEveryStepOnEveryRank) {
+  test::TempDir out;
+  const std::string prefix = out / "trace";
+  const auto r = test::run(
+      {test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(), "--epochs", "1",
+       "--max-steps", "6", "--batch-size", "16", "--no-eval", "--step-trace", prefix},
+      {}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(prefix + "." + std::to_string(rank) + ".csv");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    EXPECT_EQ(line,
+              "epoch,step,start,batch_ready,forward_done,backward_done,averaged,done,cpu_seconds");
+    int steps = 0;
+    while (std::getline(in, line)) {
+      ++steps;
+      std::vector<double> v;
+      std::stringstream fields(line);
+      for (std::string f; std::getline(fields, f, ',');) v.push_back(std::stod(f));
+      ASSERT_EQ(v.size(), 9u) << line;
+      EXPECT_EQ(v[1], steps) << line;
+      for (size_t i = 3; i < 8; ++i) EXPECT_LE(v[i - 1], v[i]) << "column " << i << ": " << line;
+      EXPECT_GT(v[8], 0) << line;  // the step used CPU time
+    }
+    EXPECT_EQ(steps, 6) << "rank " << rank;
+  }
+  const auto summary =
+      test::run({"/usr/bin/python3", test::source_dir() + "/bench/step_trace.py", "ddp=" + prefix});
+  ASSERT_EQ(summary.exit_code, 0) << summary.output;
+  EXPECT_TRUE(std::regex_search(summary.output,
+                                std::regex(R"(\| ddp \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| )")))
+      << summary.output;
+
+  const auto bad = test::run({test::train_bin(), "--data-dir", data_->path(), "--max-steps", "1",
+                              "--step-trace", out / "missing/trace"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--step-trace: cannot open " + (out / "missing/trace.0.csv")),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -542,7 +589,7 @@ TEST_F(TrainerTest, HelpListsEveryFlag) {
         "--preset",      "--lr-schedule", "--warmup-epochs"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
-  for (const char* flag : {"--no-sync-baseline", "--lockstep-baseline"}) {
+  for (const char* flag : {"--no-sync-baseline", "--lockstep-baseline", "--step-trace"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
