@@ -80,13 +80,28 @@ bind dev/pts
 bind sys
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
-# 3. The working tree (tracked and untracked-but-not-ignored files), fresh each run; the build
-#    folders inside the root are kept so an unchanged tree rebuilds quickly.
+# 3. The working tree (tracked and untracked-but-not-ignored files), brought up to date each run;
+#    the build folders inside the root are kept so an unchanged tree rebuilds quickly. Only files
+#    whose content changed are replaced, and they get the current time: tar would restore the
+#    working tree's times, and a file edited before the root's last build would then look older
+#    than the objects built from its previous content, so ninja would keep those (a header that
+#    changed a struct's layout did exactly that: stale objects, garbage in the options).
 src=$root/src/ddp.cpp
-mkdir -p "$src"
-find "$src" -mindepth 1 -maxdepth 1 ! -name build ! -name build-cuda -exec rm -rf {} +
+incoming=$root/src/.incoming
+rm -rf "$incoming"
+mkdir -p "$src" "$incoming"
 git -C "$repo" ls-files -z --cached --others --exclude-standard |
-  tar -C "$repo" --null -T - -cf - | tar -C "$src" -xf -
+  tar -C "$repo" --null -T - -cf - | tar -C "$incoming" -xf -
+(cd "$src" && find . \( -path ./build -o -path ./build-cuda \) -prune -o -type f -print0) |
+  while IFS= read -r -d '' f; do [[ -e $incoming/$f ]] || rm -f "$src/$f"; done
+(cd "$incoming" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  if ! cmp -s "$incoming/$f" "$src/$f"; then
+    mkdir -p "$(dirname "$src/$f")"
+    rm -f "$src/$f"
+    cp --preserve=mode "$incoming/$f" "$src/$f"
+  fi
+done
+rm -rf "$incoming"
 
 # 4. The README's setup and test commands, inside Debian 13.
 in_root() { chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \
