@@ -19,14 +19,14 @@ data=$bench_data
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# Trains once, in turn $i; the metrics' epoch record lands in $out/$1.jsonl, the step traces in
-# $out/$1.$i.RANK.csv.
+# Trains once: run NAME TURN [flags...]. The metrics' epoch record lands in $out/NAME.jsonl, the
+# step traces in $out/NAME.TURN.RANK.csv.
 run() {
-  local name=$1
-  shift
+  local name=$1 turn=$2
+  shift 2
   rm -f "$out/$name.jsonl"
   build/ddp-train --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
-    --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" --step-trace "$out/$name.$i" \
+    --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" --step-trace "$out/$name.$turn" \
     "$@" >/dev/null
 }
 # The value of KEY in run NAME's epoch record: value NAME KEY.
@@ -37,9 +37,9 @@ echo "|---|---|---|---|---|---|"
 ratios=()
 lockstep_ratios=()
 for ((i = 1; i <= turns; i++)); do
-  run ddp "$@"
-  run lockstep --lockstep-baseline "$@"
-  run baseline --no-sync-baseline "$@"
+  run ddp "$i" "$@"
+  run lockstep "$i" --lockstep-baseline "$@"
+  run baseline "$i" --no-sync-baseline "$@"
   a=$(value ddp epoch_seconds)
   l=$(value lockstep epoch_seconds)
   b=$(value baseline epoch_seconds)
