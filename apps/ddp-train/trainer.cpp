@@ -517,6 +517,11 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const int rank = world.rank;
   const int world_size = world.world_size;
   const bool is_root = rank == 0;
+  // The output files first: a path that cannot be written fails before start-up's work.
+  MetricsWriter metrics(is_root ? o.metrics : "");
+  StepTrace trace(o.step_trace, rank);
+  std::optional<TensorBoardWriter> tensorboard;
+  if (is_root && !o.tensorboard.empty()) tensorboard.emplace(o.tensorboard);
   Session session = open_session(o, world);
   std::shared_ptr<ProcessGroup>& group = session.group;
   const auto& train_set = session.train_set;
@@ -603,7 +608,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // all-reduce DDP ends backward with, but of one float instead of the gradients: what keeping
   // them in step costs by itself.
   const bool lockstep = group && o.lockstep_baseline;
-  torch::Tensor lockstep_token = torch::zeros({1});
+  torch::Tensor lockstep_token = lockstep ? torch::zeros({1}) : torch::Tensor();
   // Start in step, as DDP's constructor (its broadcast of the weights) makes the ranks; otherwise
   // the first step's wait would absorb the ranks' different start-up times.
   if (lockstep) group->allreduce(lockstep_token).wait();
@@ -611,10 +616,6 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   DistributedSampler sampler(int64_t(train_set->size()), world_size, rank, sampler_options(o));
   data::Loader loader(*train_set, loader_options);
 
-  MetricsWriter metrics(is_root ? o.metrics : "");
-  StepTrace trace(o.step_trace, rank);
-  std::optional<TensorBoardWriter> tensorboard;
-  if (is_root && !o.tensorboard.empty()) tensorboard.emplace(o.tensorboard);
   metrics.write(JsonRecord().add("config", config_text(o)).add("world_size", world_size));
   if (is_root) {  // the effective configuration (flags, --config file and preset merged)
     std::string line = config_text(o);

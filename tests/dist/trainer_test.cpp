@@ -577,6 +577,33 @@ TEST_F(TrainerTest, StepTraceTimesEveryStepOnEveryRank) {
       << bad.output;
 }
 
+// An output file that cannot be written is refused before start-up (no data read, no process
+// group), naming the path; rank 0's failure ends a two-rank job.
+TEST_F(TrainerTest, UnwritableOutputsFailBeforeStartUpNamingThePath) {
+  const test::TempDir dir;
+  const std::string out = dir.path();
+  const std::string not_a_dir = out + "/file";
+  std::ofstream(not_a_dir) << "x";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--metrics", out + "/missing/m.jsonl"},
+       "--metrics: cannot open " + out + "/missing/m.jsonl"},
+      {{"--step-trace", out + "/missing/t"},
+       "--step-trace: cannot open " + out + "/missing/t.0.csv"},
+      {{"--tensorboard", not_a_dir + "/tb"}, not_a_dir},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {test::train_bin(), "--nproc-per-node", "2", "--data-dir",
+                                     data_->path(),     "--max-steps",      "1", "--no-eval"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = test::run(args, {}, 120s);
+    EXPECT_NE(r.exit_code, 0) << flags[0];
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("world size"), std::string::npos)  // open_session's first line
+        << flags[0] << " failed only after start-up:\n"
+        << r.output;
+  }
+}
+
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   const auto r = test::run({test::train_bin(), "--help"});
   EXPECT_EQ(r.exit_code, 0);
