@@ -7,6 +7,13 @@
 # of the last turn follows, then bench/step_trace.py's summary of every run's --step-trace (how
 # far apart the ranks reach the all-reduce, how long it takes once both have, and what lock step
 # would cost the free-running ranks with their own step times).
+# The warm overhead compares the runs' paces once the first steps are over (bench/step_trace.py:
+# the slowest rank's step time from the 6th step on). It leaves out start-up costs that every run
+# pays but DDP pays in lock step (oneDNN building its kernels, the heap faulted in: on this VM a
+# rank's first 2 steps took 350-520 ms together, where a warm step takes ~30).
+# PyTorch's own DDP is measured the same way in each turn (bench/reference_ddp.py with and without
+# --no-sync, 2 workers x 1 thread, same data and batch), as a percentage and in ms per step: its
+# step is longer than ddp-train's, so the same milliseconds are a smaller percentage of it.
 # usage: bench/ddp_overhead.sh [TURNS (5)] [STEPS (100)] [ddp-train flags for all runs...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,11 +38,30 @@ run() {
 }
 # The value of KEY in run NAME's epoch record: value NAME KEY.
 value() { last_metric "$out/$1.jsonl" "$2"; }
+# The pace (ms per step once warm, slowest rank) of run NAME in turn TURN: pace NAME TURN.
+pace() {
+  python3 -c 'import sys; sys.path.insert(0, "bench"); import step_trace
+print(step_trace.summarise(sys.argv[1])["pace_ms"])' "$out/$1.$2"
+}
+# The Python reference's training seconds (its slowest rank's): reference_seconds [--no-sync]. Its
+# allocator is held in the mode the reference usually runs in (glibc's adaptive mmap threshold
+# otherwise settles now and then so that every step faults in its activations afresh, ~3x slower;
+# see README, Performance), the same for both runs: that mode is malloc's, not DDP's.
+reference_seconds() {
+  GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=134217728 \
+    /usr/bin/python3 bench/reference_ddp.py --data-dir "$data" --world-size 2 --threads 1 \
+    --epochs 1 --max-steps "$steps" --no-eval --port "$(free_port)" "$@" 2>/dev/null |
+    sed -n 's/.* images\/s, \([0-9.]*\) s,.*/\1/p'
+}
 
-echo "| turn | with DDP s | lockstep only s | without communication s | DDP overhead | lockstep only |"
-echo "|---|---|---|---|---|---|"
+echo "| turn | with DDP s | lockstep only s | without communication s | DDP overhead | lockstep only | DDP overhead, warm | PyTorch DDP s | PyTorch without communication s | PyTorch DDP overhead |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 ratios=()
 lockstep_ratios=()
+warm_ratios=()
+reference_ratios=()
+extra_ms=()
+reference_extra_ms=()
 for ((i = 1; i <= turns; i++)); do
   run ddp "$i" "$@"
   run lockstep "$i" --lockstep-baseline "$@"
@@ -43,15 +69,27 @@ for ((i = 1; i <= turns; i++)); do
   a=$(value ddp epoch_seconds)
   l=$(value lockstep epoch_seconds)
   b=$(value baseline epoch_seconds)
+  ra=$(reference_seconds)
+  rb=$(reference_seconds --no-sync)
+  w=$(awk -v a="$(pace ddp "$i")" -v b="$(pace baseline "$i")" 'BEGIN { print a / b }')
+  warm_ratios+=("$w")
   ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')")
   lockstep_ratios+=("$(awk -v a="$l" -v b="$b" 'BEGIN { print a / b }')")
-  awk -v i="$i" -v a="$a" -v l="$l" -v b="$b" 'BEGIN {
-    printf "| %d | %.3f | %.3f | %.3f | %+.1f%% | %+.1f%% |\n", i, a, l, b, 100 * (a / b - 1), 100 * (l / b - 1) }'
+  reference_ratios+=("$(awk -v a="$ra" -v b="$rb" 'BEGIN { print a / b }')")
+  extra_ms+=("$(awk -v a="$a" -v b="$b" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }')")
+  reference_extra_ms+=("$(awk -v a="$ra" -v b="$rb" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }')")
+  awk -v i="$i" -v a="$a" -v l="$l" -v b="$b" -v w="$w" -v ra="$ra" -v rb="$rb" 'BEGIN {
+    printf "| %d | %.3f | %.3f | %.3f | %+.1f%% | %+.1f%% | %+.1f%% | %.3f | %.3f | %+.1f%% |\n", i, a,
+      l, b, 100 * (a / b - 1), 100 * (l / b - 1), 100 * (w - 1), ra, rb, 100 * (ra / rb - 1) }'
 done
 percent() { awk -v m="$1" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }'; }
+ms() { awk -v m="$1" 'BEGIN { printf "%+.2f ms", m }'; }
 echo
 echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($turns turns, $steps steps of 2 x 64 images)"
+echo "median DDP overhead once warm (paces from the 6th step on): $(percent "$(median "${warm_ratios[@]}")")"
 echo "median cost of lockstep alone (one float all-reduced per step, no gradients): $(percent "$(median "${lockstep_ratios[@]}")")"
+echo "median PyTorch DDP overhead, same measurement: $(percent "$(median "${reference_ratios[@]}")")"
+echo "median added time per step: ddp-train $(ms "$(median "${extra_ms[@]}")") on $(awk -v b="$(value baseline epoch_seconds)" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * b / n }') ms, PyTorch $(ms "$(median "${reference_extra_ms[@]}")") on $(awk -v b="$rb" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * b / n }') ms (last turn's step without communication)"
 echo
 echo "step time on rank 0, last turn (ms per step; the lockstep run's all-reduce counts as exposed communication):"
 echo "| run | data wait | forward | backward | exposed communication | optimizer |"

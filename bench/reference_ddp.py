@@ -3,7 +3,12 @@ ToTensor per sample through a Dataset, DistributedSampler with set_epoch, gloo, 
 SGD(lr=0.001, momentum=0.9), batch 64 per rank. Prints training images/s and test accuracy.
 
 usage: reference_ddp.py [--dataset cifar10|fashion-mnist] [--data-dir DIR] [--world-size 4]
-                        [--epochs 1] [--max-steps N] [--threads T] [--port P]
+                        [--epochs 1] [--max-steps N] [--threads T] [--port P] [--no-eval]
+                        [--no-sync]
+
+--no-sync trains the same processes without DDP (no gradient communication), for measuring
+PyTorch's own DDP overhead the way bench/ddp_overhead.sh measures ddp-train's. The seconds printed
+are the slowest rank's, since ranks that do not wait for each other drift apart.
 """
 import argparse
 import gzip
@@ -67,7 +72,8 @@ def worker(rank, args):
     test = ImageSet(*load(args.data_dir, False))
     torch.manual_seed(0)
     channels, side = (3, 32) if args.dataset == "cifar10" else (1, 28)
-    model = DDP(Net(channels, side))
+    model = Net(channels, side) if args.no_sync else DDP(Net(channels, side))
+    net = model if args.no_sync else model.module
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     sampler = DistributedSampler(train)
     loader = DataLoader(train, batch_size=64, sampler=sampler)
@@ -81,7 +87,10 @@ def worker(rank, args):
             F.cross_entropy(model(x), y).backward()
             opt.step()
             images += len(y)
-        seconds = time.perf_counter() - start
+        # The job's epoch ends with its slowest rank's (as ddp-train reports it).
+        seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        seconds = seconds.item()
         total = torch.tensor([images], dtype=torch.float64)
         dist.all_reduce(total)
         correct = torch.zeros(2, dtype=torch.float64)
@@ -90,13 +99,18 @@ def worker(rank, args):
             idx = range(n * rank // args.world_size, n * (rank + 1) // args.world_size)
             with torch.no_grad():
                 for b in DataLoader(torch.utils.data.Subset(test, list(idx)), batch_size=256):
-                    correct[0] += (model.module(b[0]).argmax(1) == b[1]).sum()
+                    correct[0] += (net(b[0]).argmax(1) == b[1]).sum()
                     correct[1] += len(b[1])
             dist.all_reduce(correct)
         if rank == 0:
             acc = 100 * correct[0].item() / max(correct[1].item(), 1)
-            print(f"reference epoch {epoch + 1}: {total.item() / seconds:.1f} images/s, test_acc {acc:.2f}%",
+            print(f"reference epoch {epoch + 1}: {total.item() / seconds:.1f} images/s, {seconds:.3f} s, "
+                  f"test_acc {acc:.2f}%",
                   flush=True)
+    # The model (DDP's reducer holds the process group) goes first: python3-torch 1.13 can
+    # deadlock in ~ProcessGroupGloo when the reducer is destroyed after destroy_process_group()
+    # (seen once in a worker's exit: both threads waiting on the group's mutex).
+    del model, net, opt
     dist.destroy_process_group()
 
 
@@ -110,6 +124,7 @@ def main():
     p.add_argument("--threads", type=int, default=max(1, os.cpu_count() // 4))
     p.add_argument("--port", type=int, default=23456)
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--no-sync", action="store_true", help="no DDP: the ranks train without communicating")
     args = p.parse_args()
     if args.world_size == 1:
         worker(0, args)

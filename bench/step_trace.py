@@ -13,8 +13,11 @@ For ranks that wait for each other every step (DDP, --lockstep-baseline):
 For free-running ranks (--no-sync-baseline):
   replay   what lock step would cost with these very step times: each step as long as its slowest
            rank, against the slowest rank's total.
-For every run, cpu ratio is the slowest rank's CPU time per step over the fastest's (one vCPU
-slower than the other shows here).
+For every run, compute is a rank's own forward and backward (batch in hand to its gradients),
+mean over ranks and steps: whether running in step slows the work itself; cpu ratio is the slowest rank's CPU time per step over the fastest's (one vCPU
+slower than the other shows here), and pace the job's step time once warmed up: from the start of
+the first step counted to the end of the last, per step, on the slowest rank (the first steps,
+which build oneDNN's kernels and fault in the heap, are left out).
 """
 import csv
 import glob
@@ -51,8 +54,11 @@ def summarise(prefix):
     steps = [[r[k] for r in ranks.values()] for k in keys]  # steps[i][rank]
     duration = lambda row: row["done"] - row["start"]
     cpu = [statistics.mean(s[i]["cpu_seconds"] for s in steps) for i in range(len(ranks))]
+    pace = [(steps[-1][i]["done"] - steps[0][i]["start"]) / len(steps) for i in range(len(ranks))]
     figures = {
         "step_ms": 1000 * statistics.mean(duration(row) for s in steps for row in s),
+        "pace_ms": 1000 * max(pace),
+        "compute_ms": 1000 * statistics.mean(row["backward_done"] - row["batch_ready"] for s in steps for row in s),
         "cpu_ratio": max(cpu) / min(cpu) if min(cpu) > 0 else float("nan"),
     }
     synchronised = any(row["averaged"] - row["backward_done"] > 1e-5 for s in steps for row in s)
@@ -75,8 +81,8 @@ def main(runs):
     if not runs or any(a in ("-h", "--help") for a in runs):
         print(__doc__.strip())
         return 0 if runs else 2
-    print("| run | step ms | cpu ratio | spread ms | latency median ms | latency p90 ms | replay |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | step ms | pace ms | compute ms | cpu ratio | spread ms | latency median ms | latency p90 ms | replay |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         label, _, prefixes = run.rpartition("=")
         summaries = [summarise(p) for p in prefixes.split(",")]
@@ -87,7 +93,7 @@ def main(runs):
             return form.format(statistics.median(values)) if values else "-"
 
         print(
-            f"| {label} | {cell('step_ms', '{:.2f}')} | {cell('cpu_ratio', '{:.3f}')} "
+            f"| {label} | {cell('step_ms', '{:.2f}')} | {cell('pace_ms', '{:.2f}')} | {cell('compute_ms', '{:.2f}')} | {cell('cpu_ratio', '{:.3f}')} "
             f"| {cell('spread_ms', '{:.2f}')} | {cell('latency_median_ms', '{:.2f}')} "
             f"| {cell('latency_p90_ms', '{:.2f}')} | {cell('replay', '{:+.1%}')} |"
         )
