@@ -13,11 +13,14 @@ For ranks that wait for each other every step (DDP, --lockstep-baseline):
 For free-running ranks (--no-sync-baseline):
   replay   what lock step would cost with these very step times: each step as long as its slowest
            rank, against the slowest rank's total.
-For every run, compute is a rank's own forward and backward (batch in hand to its gradients),
-mean over ranks and steps: whether running in step slows the work itself; cpu ratio is the slowest rank's CPU time per step over the fastest's (one vCPU
-slower than the other shows here), and pace the job's step time once warmed up: from the start of
-the first step counted to the end of the last, per step, on the slowest rank (the first steps,
-which build oneDNN's kernels and fault in the heap, are left out).
+For every run:
+  pace     the job's step time once warmed up: from the start of the first step counted to the end
+           of the last, per step, on the slowest rank (the first steps, which build oneDNN's
+           kernels and fault in the heap, are left out).
+  compute  a rank's own forward and backward (batch in hand to its gradients), mean over ranks
+           and steps: whether running in step slows the work itself.
+  cpu ratio  the slowest rank's CPU time per step over the fastest's (one vCPU slower than the
+           other shows here; in step, a wait that polls counts as CPU time and evens it out).
 """
 import csv
 import glob
@@ -58,7 +61,8 @@ def summarise(prefix):
     figures = {
         "step_ms": 1000 * statistics.mean(duration(row) for s in steps for row in s),
         "pace_ms": 1000 * max(pace),
-        "compute_ms": 1000 * statistics.mean(row["backward_done"] - row["batch_ready"] for s in steps for row in s),
+        "compute_ms": 1000
+        * statistics.mean(row["backward_done"] - row["batch_ready"] for s in steps for row in s),
         "cpu_ratio": max(cpu) / min(cpu) if min(cpu) > 0 else float("nan"),
     }
     synchronised = any(row["averaged"] - row["backward_done"] > 1e-5 for s in steps for row in s)
@@ -81,7 +85,10 @@ def main(runs):
     if not runs or any(a in ("-h", "--help") for a in runs):
         print(__doc__.strip())
         return 0 if runs else 2
-    print("| run | step ms | pace ms | compute ms | cpu ratio | spread ms | latency median ms | latency p90 ms | replay |")
+    print(
+        "| run | step ms | pace ms | compute ms | cpu ratio | spread ms | latency median ms "
+        "| latency p90 ms | replay |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for run in runs:
         label, _, prefixes = run.rpartition("=")
@@ -93,7 +100,8 @@ def main(runs):
             return form.format(statistics.median(values)) if values else "-"
 
         print(
-            f"| {label} | {cell('step_ms', '{:.2f}')} | {cell('pace_ms', '{:.2f}')} | {cell('compute_ms', '{:.2f}')} | {cell('cpu_ratio', '{:.3f}')} "
+            f"| {label} | {cell('step_ms', '{:.2f}')} | {cell('pace_ms', '{:.2f}')} "
+            f"| {cell('compute_ms', '{:.2f}')} | {cell('cpu_ratio', '{:.3f}')} "
             f"| {cell('spread_ms', '{:.2f}')} | {cell('latency_median_ms', '{:.2f}')} "
             f"| {cell('latency_p90_ms', '{:.2f}')} | {cell('replay', '{:+.1%}')} |"
         )
