@@ -183,16 +183,6 @@ TEST(CommHook, DdpWithFp16TrainsCloseToPlainAndReportsHalfTheBytes) {
   }
   torch::manual_seed(0);
   const auto initial = models::Net()->parameters();
-  // Workaround, LibTorch 2.6.0 with oneDNN 3.6 (Debian 13): when the ranks' threads run the
-  // process's first convolutions at the same moment (DDP's broadcast lines them up), LibTorch's
-  // convolution_backward sometimes crashes inside libdnnl or returns a wrong conv1 gradient
-  // (4 crashes in 30 runs; 0 in 40 with this). One forward and backward on this thread first.
-  {
-    models::Net warm_up;
-    torch::nn::functional::cross_entropy(warm_up->forward(x[0].narrow(0, 0, 2)),
-                                         y[0].narrow(0, 0, 2))
-        .backward();
-  }
   auto train = [&](const std::string& spec, ReducerStats& stats) {
     std::vector<torch::Tensor> weights;
     std::mutex mutex;
