@@ -38,6 +38,10 @@ run() {
 }
 # The value of KEY in run NAME's epoch record: value NAME KEY.
 value() { last_metric "$out/$1.jsonl" "$2"; }
+# A over B: ratio A B.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print a / b }'; }
+# How many ms per step A seconds took longer than B seconds: extra_ms A B.
+extra_ms() { awk -v a="$1" -v b="$2" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }'; }
 # The pace (ms per step once warm, slowest rank) of run NAME in turn TURN: pace NAME TURN.
 pace() {
   python3 -c 'import sys; sys.path.insert(0, "bench"); import step_trace
@@ -60,8 +64,8 @@ ratios=()
 lockstep_ratios=()
 warm_ratios=()
 reference_ratios=()
-extra_ms=()
-reference_extra_ms=()
+added_ms=()
+reference_added_ms=()
 for ((i = 1; i <= turns; i++)); do
   run ddp "$i" "$@"
   run lockstep "$i" --lockstep-baseline "$@"
@@ -71,25 +75,26 @@ for ((i = 1; i <= turns; i++)); do
   b=$(value baseline epoch_seconds)
   ra=$(reference_seconds)
   rb=$(reference_seconds --no-sync)
-  w=$(awk -v a="$(pace ddp "$i")" -v b="$(pace baseline "$i")" 'BEGIN { print a / b }')
+  w=$(ratio "$(pace ddp "$i")" "$(pace baseline "$i")")
   warm_ratios+=("$w")
-  ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')")
-  lockstep_ratios+=("$(awk -v a="$l" -v b="$b" 'BEGIN { print a / b }')")
-  reference_ratios+=("$(awk -v a="$ra" -v b="$rb" 'BEGIN { print a / b }')")
-  extra_ms+=("$(awk -v a="$a" -v b="$b" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }')")
-  reference_extra_ms+=("$(awk -v a="$ra" -v b="$rb" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }')")
+  ratios+=("$(ratio "$a" "$b")")
+  lockstep_ratios+=("$(ratio "$l" "$b")")
+  reference_ratios+=("$(ratio "$ra" "$rb")")
+  added_ms+=("$(extra_ms "$a" "$b")")
+  reference_added_ms+=("$(extra_ms "$ra" "$rb")")
   awk -v i="$i" -v a="$a" -v l="$l" -v b="$b" -v w="$w" -v ra="$ra" -v rb="$rb" 'BEGIN {
     printf "| %d | %.3f | %.3f | %.3f | %+.1f%% | %+.1f%% | %+.1f%% | %.3f | %.3f | %+.1f%% |\n", i, a,
       l, b, 100 * (a / b - 1), 100 * (l / b - 1), 100 * (w - 1), ra, rb, 100 * (ra / rb - 1) }'
 done
 percent() { awk -v m="$1" 'BEGIN { printf "%+.1f%%", 100 * (m - 1) }'; }
 ms() { awk -v m="$1" 'BEGIN { printf "%+.2f ms", m }'; }
+step_ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 echo
 echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($turns turns, $steps steps of 2 x 64 images)"
 echo "median DDP overhead once warm (paces from the 6th step on): $(percent "$(median "${warm_ratios[@]}")")"
 echo "median cost of lockstep alone (one float all-reduced per step, no gradients): $(percent "$(median "${lockstep_ratios[@]}")")"
 echo "median PyTorch DDP overhead, same measurement: $(percent "$(median "${reference_ratios[@]}")")"
-echo "median added time per step: ddp-train $(ms "$(median "${extra_ms[@]}")") on $(awk -v b="$(value baseline epoch_seconds)" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * b / n }') ms, PyTorch $(ms "$(median "${reference_extra_ms[@]}")") on $(awk -v b="$rb" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * b / n }') ms (last turn's step without communication)"
+echo "median added time per step: ddp-train $(ms "$(median "${added_ms[@]}")") on $(step_ms "$b") ms, PyTorch $(ms "$(median "${reference_added_ms[@]}")") on $(step_ms "$rb") ms (last turn's step without communication)"
 echo
 echo "step time on rank 0, last turn (ms per step; the lockstep run's all-reduce counts as exposed communication):"
 echo "| run | data wait | forward | backward | exposed communication | optimizer |"
