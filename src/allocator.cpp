@@ -1,6 +1,18 @@
 #include "ddp/allocator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "ddp/error.h"
+#include "torch_compat.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -34,6 +46,159 @@ std::string to_string(AllocatorPolicy policy) {
       break;
   }
   return "malloc as it is (not glibc's: freed tensor memory may go back to the kernel)";
+}
+
+namespace {
+
+// Smaller blocks are malloc's: it serves them from its bins without growing the heap.
+constexpr size_t kMinCachedBytes = size_t(1) << 20;
+
+// Faults in the pages of a block new to the cache in one call, rather than one fault per page
+// during the step that first writes them. Kernels before 5.14 refuse (EINVAL); then the pages
+// are faulted in as they are touched, as before.
+void populate(void* data, size_t bytes) {
+#if defined(MADV_POPULATE_WRITE)
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(data) + page - 1) / page * page;
+  const uintptr_t end = (uintptr_t(data) + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  (void)data, (void)bytes;
+#endif
+}
+
+// The cache's state, shared by every thread (the loader's batches are freed by the training
+// thread) and never destroyed: tensors may outlive static destructors.
+struct BlockCache {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> in_use;  // cached blocks handed out: address -> size
+  std::multimap<size_t, void*> idle;         // cached blocks free for reuse, by size
+  CpuTensorCacheStats stats;
+  size_t max_idle_bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE)) / 8;
+
+  static BlockCache& get() {
+    static auto* cache = new BlockCache;
+    return *cache;
+  }
+
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    // The smallest idle block that fits and wastes at most half of itself.
+    const auto fit = idle.lower_bound(bytes);
+    if (fit != idle.end() && fit->first / 2 <= bytes) {
+      void* data = fit->second;
+      in_use.emplace(data, fit->first);
+      stats.idle_bytes -= fit->first;
+      idle.erase(fit);
+      ++stats.hits;
+      return data;
+    }
+    // No fit: a new size, or more blocks of one at once than before (the first steps, an
+    // evaluation, an epoch's short last batch). Idle blocks stay, as the step that needs them
+    // may come next; only when they hold more than an eighth of the machine's memory (another
+    // model, sizes that never repeat) do they go back to malloc, which can build this one from
+    // them. (Giving them back on every miss made the reference Net's steps miss ~10 times each:
+    // each step handed the blocks that its later allocations needed back to malloc.)
+    if (stats.idle_bytes > max_idle_bytes) free_idle();
+    void* data = c10::alloc_cpu(bytes);  // throws on failure, with LibTorch's message
+    populate(data, bytes);
+    in_use.emplace(data, bytes);
+    stats.held_bytes += bytes;
+    ++stats.misses;
+    return data;
+  }
+
+  // Hands every idle block back to malloc; the caller holds the mutex.
+  void free_idle() {
+    for (const auto& [size, data] : idle) c10::free_cpu(data);
+    stats.held_bytes -= stats.idle_bytes;
+    stats.idle_bytes = 0;
+    idle.clear();
+  }
+
+  // Whether `data` was a cached block (now idle); otherwise the caller frees it.
+  bool give_back(void* data) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto block = in_use.find(data);
+    if (block == in_use.end()) return false;
+    idle.emplace(block->second, data);
+    stats.idle_bytes += block->second;
+    in_use.erase(block);
+    return true;
+  }
+};
+
+void release(void* data) {
+  if (data != nullptr && !BlockCache::get().give_back(data)) c10::free_cpu(data);
+}
+
+// One deleter for every block, so that raw_allocate()/raw_deallocate() work as with LibTorch's
+// own CPU allocator (both need the data pointer to be the context).
+struct CpuTensorCache final : compat::CpuAllocatorBase {
+  c10::DataPtr allocate_bytes(size_t bytes) const override {
+    void* data = bytes >= kMinCachedBytes ? BlockCache::get().take(bytes) : c10::alloc_cpu(bytes);
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+};
+
+}  // namespace
+
+c10::Allocator* cpu_tensor_cache() {
+  static auto* allocator = new CpuTensorCache;
+  return allocator;
+}
+
+TensorCachePolicy cache_cpu_tensors() {
+  if (const char* value = std::getenv("DDP_CPU_TENSOR_CACHE"); value != nullptr) {
+    const std::string setting = value;
+    if (setting == "0") return TensorCachePolicy::kTurnedOff;
+    if (setting != "1") {
+      throw Error("environment variable DDP_CPU_TENSOR_CACHE is '" + setting +
+                  "'; set it to 1 (cache large CPU tensor blocks, the default) or 0 (LibTorch's "
+                  "allocator as it is), or unset it");
+    }
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  return TensorCachePolicy::kAddressSanitizer;
+#else
+  c10::SetAllocator(c10::DeviceType::CPU, cpu_tensor_cache());
+  return c10::GetAllocator(c10::DeviceType::CPU) == cpu_tensor_cache()
+             ? TensorCachePolicy::kInstalled
+             : TensorCachePolicy::kOtherAllocator;
+#endif
+}
+
+std::string to_string(TensorCachePolicy policy) {
+  switch (policy) {
+    case TensorCachePolicy::kInstalled:
+      return "CPU tensor blocks of 1 MiB and more cached for reuse";
+    case TensorCachePolicy::kTurnedOff:
+      return "CPU tensors not cached (DDP_CPU_TENSOR_CACHE=0)";
+    case TensorCachePolicy::kAddressSanitizer:
+      return "CPU tensors not cached (AddressSanitizer build)";
+    case TensorCachePolicy::kOtherAllocator:
+      break;
+  }
+  return "CPU tensors not cached (another CPU allocator is registered)";
+}
+
+void set_cpu_tensor_cache_limit(size_t max_idle_bytes) {
+  BlockCache& cache = BlockCache::get();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.max_idle_bytes = max_idle_bytes;
+}
+
+void empty_cpu_tensor_cache() {
+  BlockCache& cache = BlockCache::get();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.free_idle();
+}
+
+CpuTensorCacheStats cpu_tensor_cache_stats() {
+  BlockCache& cache = BlockCache::get();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  return cache.stats;
 }
 
 }  // namespace ddp

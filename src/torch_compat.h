@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
+#include <c10/core/Allocator.h>
 #include <torch/csrc/api/include/torch/version.h>
 
 // True when building against LibTorch major.minor or later.
@@ -203,5 +204,24 @@ Key optimizer_state_key(const torch::Tensor& param) {
     return param.unsafeGetTensorImpl();
   }
 }
+
+}  // namespace ddp::compat
+
+namespace ddp::compat {
+
+// c10::Allocator changed in 2.3: allocate() lost its const, and copy_data() became pure virtual.
+// An allocator derives from this and implements allocate_bytes(). (1.13 and 2.6 are the
+// versions built here.)
+struct CpuAllocatorBase : c10::Allocator {
+  virtual c10::DataPtr allocate_bytes(size_t n) const = 0;
+#if DDP_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t n) override { return allocate_bytes(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override { return allocate_bytes(n); }
+#endif
+};
 
 }  // namespace ddp::compat

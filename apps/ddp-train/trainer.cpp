@@ -322,6 +322,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   const bool is_root = world.rank == 0;
   // Before any large tensor: each step's activations then reuse the last step's memory.
   const AllocatorPolicy allocator = retain_freed_memory();
+  const TensorCachePolicy tensor_cache = cache_cpu_tensors();
   std::string thread_reason;
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);
@@ -346,7 +347,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
         "(%s)\n",
         world.world_size, world.source.c_str(), s.device.is_cuda() ? "cuda:LOCAL_RANK" : "cpu",
         world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
-    std::printf("memory: %s\n", to_string(allocator).c_str());
+    std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
   }
   // Data: rank 0 downloads while the others wait, then everyone maps the same files.
   s.kind = data::parse_dataset_kind(o.dataset);
@@ -781,7 +782,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                ddp_model ? ddp_model->stats().bytes_communicated_per_iteration : 0)
           .add("skipped_steps", skipped_steps)
           .add("optimizer_state_mb", rank0_state_mb)
-          .add("peak_rss_mb", peak_rss_mb());
+          .add("peak_rss_mb", peak_rss_mb())
+          .add("tensor_cache_mb", double(cpu_tensor_cache_stats().held_bytes) / (1 << 20))
+          .add("tensor_cache_misses", cpu_tensor_cache_stats().misses);
       metrics.write(record);
       if (tensorboard) {  // epoch curves against the same step axis as the step curves
         tensorboard->scalar("epoch/train_loss", r.train_loss, global_step);

@@ -532,6 +532,42 @@ TEST_F(TrainerTest, BaselinesForTheOverheadBenchTrainWithoutAveraging) {
   }
 }
 
+// The CPU tensor cache (ddp::cache_cpu_tensors()): on by default, off with
+// DDP_CPU_TENSOR_CACHE=0 with the very same weights (it moves memory, not arithmetic), and any
+// other value refused, naming the variable.
+TEST_F(TrainerTest, TensorCacheIsOnByDefaultAndTheEnvironmentTurnsItOff) {
+  test::TempDir out;
+  auto run = [&](const std::string& name, const std::string& setting) {
+    std::map<std::string, std::string> env;
+    if (!setting.empty()) env["DDP_CPU_TENSOR_CACHE"] = setting;
+    return test::run(
+        {test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(), "--epochs", "1",
+         "--max-steps", "5", "--no-eval", "--metrics", out / (name + ".jsonl")},
+        env, 120s);
+  };
+  const auto cached = run("cached", "");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  EXPECT_NE(cached.output.find("CPU tensor blocks of 1 MiB and more cached for reuse"),
+            std::string::npos)
+      << cached.output;
+  EXPECT_GT(last_value(out / "cached.jsonl", "tensor_cache_mb"), 10);  // activations at batch 64
+  EXPECT_GT(last_value(out / "cached.jsonl", "tensor_cache_misses"), 0);
+
+  const auto uncached = run("uncached", "0");
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.output;
+  EXPECT_NE(uncached.output.find("CPU tensors not cached (DDP_CPU_TENSOR_CACHE=0)"),
+            std::string::npos)
+      << uncached.output;
+  EXPECT_EQ(last_value(out / "uncached.jsonl", "tensor_cache_mb"), 0);
+  EXPECT_EQ(test::weight_fingerprints(uncached.output), test::weight_fingerprints(cached.output));
+
+  const auto refused = run("refused", "yes");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("environment variable DDP_CPU_TENSOR_CACHE is 'yes'"),
+            std::string::npos)
+      << refused.output;
+}
+
 // --step-trace: each rank writes one line per step whose times follow the step's order, and the
 // bench's summary reads them (the ranks wait for each other, so it reports the collective's
 // latency). A prefix in a missing directory is refused before training, naming the file.
