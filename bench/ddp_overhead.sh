@@ -8,9 +8,10 @@
 # far apart the ranks reach the all-reduce, how long it takes once both have, and what lock step
 # would cost the free-running ranks with their own step times).
 # The warm overhead compares the runs' paces once the first steps are over (bench/step_trace.py:
-# the slowest rank's step time from the 6th step on). It leaves out start-up costs that every run
-# pays but DDP pays in lock step (oneDNN building its kernels, the heap faulted in: on this VM a
-# rank's first 2 steps took 350-520 ms together, where a warm step takes ~30).
+# the slowest rank's step time from the 6th step on, from step STEPS/10 + 1 in runs under 50
+# steps). It leaves out start-up costs that every run pays but DDP pays in lock step (oneDNN
+# building its kernels, the heap faulted in: on this VM a rank's first 2 steps took 350-520 ms
+# together, where a warm step takes ~30).
 # PyTorch's own DDP is measured the same way in each turn (bench/reference_ddp.py with and without
 # --no-sync, 2 workers x 1 thread, same data and batch), as a percentage and in ms per step: its
 # step is longer than ddp-train's, so the same milliseconds are a smaller percentage of it.
@@ -91,7 +92,8 @@ ms() { awk -v m="$1" 'BEGIN { printf "%+.2f ms", m }'; }
 step_ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 echo
 echo "median DDP overhead: $(percent "$(median "${ratios[@]}")") ($turns turns, $steps steps of 2 x 64 images)"
-echo "median DDP overhead once warm (paces from the 6th step on): $(percent "$(median "${warm_ratios[@]}")")"
+warm_from=$((steps / 10 < 5 ? steps / 10 + 1 : 6)) # step_trace.py leaves out min(5, steps/10)
+echo "median DDP overhead once warm (paces from step $warm_from on): $(percent "$(median "${warm_ratios[@]}")")"
 echo "median cost of lockstep alone (one float all-reduced per step, no gradients): $(percent "$(median "${lockstep_ratios[@]}")")"
 echo "median PyTorch DDP overhead, same measurement: $(percent "$(median "${reference_ratios[@]}")")"
 echo "median added time per step: ddp-train $(ms "$(median "${added_ms[@]}")") on $(step_ms "$b") ms, PyTorch $(ms "$(median "${reference_added_ms[@]}")") on $(step_ms "$rb") ms (last turn's step without communication)"
