@@ -205,10 +205,6 @@ Key optimizer_state_key(const torch::Tensor& param) {
   }
 }
 
-}  // namespace ddp::compat
-
-namespace ddp::compat {
-
 // c10::Allocator changed in 2.3: allocate() lost its const, and copy_data() became pure virtual.
 // An allocator derives from this and implements allocate_bytes(). (1.13 and 2.6 are the
 // versions built here.)

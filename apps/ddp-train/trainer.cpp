@@ -767,6 +767,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     }
     progress.finish();
     if (is_root) {
+      const CpuTensorCacheStats tensor_cache = cpu_tensor_cache_stats();
       JsonRecord record;
       record.add("epoch", epoch).add("train_loss", r.train_loss);
       if (o.evaluate) record.add("test_loss", r.test_loss).add("test_acc", r.test_acc);
@@ -783,8 +784,8 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           .add("skipped_steps", skipped_steps)
           .add("optimizer_state_mb", rank0_state_mb)
           .add("peak_rss_mb", peak_rss_mb())
-          .add("tensor_cache_mb", double(cpu_tensor_cache_stats().held_bytes) / (1 << 20))
-          .add("tensor_cache_misses", cpu_tensor_cache_stats().misses);
+          .add("tensor_cache_mb", double(tensor_cache.held_bytes) / (1 << 20))
+          .add("tensor_cache_misses", tensor_cache.misses);
       metrics.write(record);
       if (tensorboard) {  // epoch curves against the same step axis as the step curves
         tensorboard->scalar("epoch/train_loss", r.train_loss, global_step);

@@ -49,8 +49,8 @@ struct CpuTensorCacheStats {
 ///   every new page. On the 2-vCPU VM: 100-200 ms against ~30 ms for a step, a few times in 150
 ///   steps, a different step on each rank, and ranks in step wait for each one.
 /// - A block new to the cache has its pages faulted in at once (madvise MADV_POPULATE_WRITE,
-///   Linux 5.14+): on this VM 113 MiB took ~5 ms so, where faulting 54 MiB page by page during a
-///   step took 162 ms.
+///   Linux 5.14+). On this VM, populating 113 MiB that way took ~5 ms, where faulting 54 MiB in
+///   page by page during a step took 162 ms.
 /// - Memory: the cache holds, per size, as many blocks as were ever in use at once, across
 ///   phases (training and evaluation sizes both). Once idle blocks exceed
 ///   set_cpu_tensor_cache_limit() (an eighth of the machine's memory), the next allocation that
