@@ -5,6 +5,7 @@
 
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -67,6 +68,10 @@ void populate(void* data, size_t bytes) {
 #endif
 }
 
+size_t physical_memory_bytes() {
+  return size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE));
+}
+
 // The cache's state, shared by every thread (the loader's batches are freed by the training
 // thread) and never destroyed: tensors may outlive static destructors.
 struct BlockCache {
@@ -74,7 +79,7 @@ struct BlockCache {
   std::unordered_map<void*, size_t> in_use;  // cached blocks handed out: address -> size
   std::multimap<size_t, void*> idle;         // cached blocks free for reuse, by size
   CpuTensorCacheStats stats;
-  size_t max_idle_bytes = size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE)) / 8;
+  size_t max_idle_bytes = physical_memory_bytes() / 8;
 
   static BlockCache& get() {
     static auto* cache = new BlockCache;
@@ -95,10 +100,10 @@ struct BlockCache {
     }
     // No fit: a new size, or more blocks of one at once than before (the first steps, an
     // evaluation, an epoch's short last batch). Idle blocks stay, as the step that needs them
-    // may come next; only when they hold more than an eighth of the machine's memory (another
-    // model, sizes that never repeat) do they go back to malloc, which can build this one from
-    // them. (Giving them back on every miss made the reference Net's steps miss ~10 times each:
-    // each step handed the blocks that its later allocations needed back to malloc.)
+    // may come next; only past the limit (another model, sizes that never repeat) do they go
+    // back to malloc, which can build this one from them. (Giving them back on every miss made the
+    // reference Net's steps miss ~10 times each: each step handed the blocks that its later
+    // allocations needed back to malloc.)
     if (stats.idle_bytes > max_idle_bytes) free_idle();
     void* data = c10::alloc_cpu(bytes);  // throws on failure, with LibTorch's message
     populate(data, bytes);
@@ -149,7 +154,7 @@ c10::Allocator* cpu_tensor_cache() {
   return allocator;
 }
 
-TensorCachePolicy cache_cpu_tensors() {
+TensorCachePolicy cache_cpu_tensors(int local_processes) {
   if (const char* value = std::getenv("DDP_CPU_TENSOR_CACHE"); value != nullptr) {
     const std::string setting = value;
     if (setting == "0") return TensorCachePolicy::kTurnedOff;
@@ -162,6 +167,7 @@ TensorCachePolicy cache_cpu_tensors() {
 #if defined(__SANITIZE_ADDRESS__)
   return TensorCachePolicy::kAddressSanitizer;
 #else
+  set_cpu_tensor_cache_limit(physical_memory_bytes() / 8 / size_t(std::max(1, local_processes)));
   c10::SetAllocator(c10::DeviceType::CPU, cpu_tensor_cache());
   return c10::GetAllocator(c10::DeviceType::CPU) == cpu_tensor_cache()
              ? TensorCachePolicy::kInstalled
@@ -198,7 +204,9 @@ void empty_cpu_tensor_cache() {
 CpuTensorCacheStats cpu_tensor_cache_stats() {
   BlockCache& cache = BlockCache::get();
   std::lock_guard<std::mutex> lock(cache.mutex);
-  return cache.stats;
+  CpuTensorCacheStats stats = cache.stats;
+  stats.idle_limit_bytes = cache.max_idle_bytes;
+  return stats;
 }
 
 }  // namespace ddp

@@ -322,7 +322,7 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   const bool is_root = world.rank == 0;
   // Before any large tensor: each step's activations then reuse the last step's memory.
   const AllocatorPolicy allocator = retain_freed_memory();
-  const TensorCachePolicy tensor_cache = cache_cpu_tensors();
+  const TensorCachePolicy tensor_cache = cache_cpu_tensors(world.local_world_size);
   std::string thread_reason;
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);

@@ -34,10 +34,11 @@ std::string to_string(AllocatorPolicy policy);
 
 /// Counters of the CPU tensor cache (cache_cpu_tensors()), since the process started.
 struct CpuTensorCacheStats {
-  int64_t hits = 0;       ///< allocations served by an idle cached block
-  int64_t misses = 0;     ///< allocations that went to malloc instead
-  size_t held_bytes = 0;  ///< bytes in cached blocks now, in use or idle
-  size_t idle_bytes = 0;  ///< of which idle, waiting for the next allocation of their size
+  int64_t hits = 0;             ///< allocations served by an idle cached block
+  int64_t misses = 0;           ///< allocations that went to malloc instead
+  size_t held_bytes = 0;        ///< bytes in cached blocks now, in use or idle
+  size_t idle_bytes = 0;        ///< of which idle, waiting for the next allocation of their size
+  size_t idle_limit_bytes = 0;  ///< set_cpu_tensor_cache_limit()
 };
 
 /// LibTorch's CPU allocator with a cache of large blocks, like PyTorch's CUDA caching allocator:
@@ -53,8 +54,8 @@ struct CpuTensorCacheStats {
 ///   page by page during a step took 162 ms.
 /// - Memory: the cache holds, per size, as many blocks as were ever in use at once, across
 ///   phases (training and evaluation sizes both). Once idle blocks exceed
-///   set_cpu_tensor_cache_limit() (an eighth of the machine's memory), the next allocation that
-///   finds none hands them all back to malloc first.
+///   set_cpu_tensor_cache_limit() (see cache_cpu_tensors()), the next allocation that finds none
+///   hands them all back to malloc first.
 /// Returns the allocator, not installed; cache_cpu_tensors() installs it.
 c10::Allocator* cpu_tensor_cache();
 
@@ -67,16 +68,18 @@ enum class TensorCachePolicy {
 };
 
 /// Installs cpu_tensor_cache() as LibTorch's CPU allocator; call it first thing in main(), before
-/// large tensors exist (tensors allocated before keep their own deleter). The environment
-/// variable DDP_CPU_TENSOR_CACHE=0 turns it off (as PYTORCH_NO_CUDA_MEMORY_CACHING does PyTorch's
-/// CUDA cache); any value other than 0 or 1 throws ddp::Error.
-TensorCachePolicy cache_cpu_tensors();
+/// large tensors exist (tensors allocated before keep their own deleter). Its limit on idle
+/// blocks is set so that those of `local_processes` processes (this machine's workers) stay
+/// under an eighth of the machine's memory together. The environment variable
+/// DDP_CPU_TENSOR_CACHE=0 turns it off (as PYTORCH_NO_CUDA_MEMORY_CACHING does PyTorch's CUDA
+/// cache); any value other than 0 or 1 throws ddp::Error.
+TensorCachePolicy cache_cpu_tensors(int local_processes = 1);
 
 /// One line for the start-up banner.
 std::string to_string(TensorCachePolicy policy);
 
-/// Idle cached bytes above which a miss first hands every idle block back to malloc (default: an
-/// eighth of the machine's memory).
+/// Idle cached bytes above which a miss first hands every idle block back to malloc (an eighth
+/// of the machine's memory until cache_cpu_tensors() or this sets it).
 void set_cpu_tensor_cache_limit(size_t max_idle_bytes);
 
 /// Hands every idle cached block back to malloc, as torch.cuda.empty_cache() does PyTorch's.

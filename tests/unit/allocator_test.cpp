@@ -4,6 +4,7 @@
 #include "ddp/error.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -162,8 +163,11 @@ TEST(CpuTensorCache, SmallBlocksAndRawAllocationsAreLibTorchsAsBefore) {
 
 TEST(CpuTensorCache, InstalledItServesTensorsAndABlockIsNeverHandedOutTwice) {
   c10::Allocator* libtorchs = c10::GetAllocator(c10::DeviceType::CPU);
-  ASSERT_EQ(ddp::cache_cpu_tensors(), ddp::TensorCachePolicy::kInstalled);
+  // As ddp-train with 4 workers: their idle blocks together under an eighth of the memory.
+  ASSERT_EQ(ddp::cache_cpu_tensors(4), ddp::TensorCachePolicy::kInstalled);
   const auto before = ddp::cpu_tensor_cache_stats();
+  EXPECT_EQ(before.idle_limit_bytes,
+            size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGESIZE)) / 8 / 4);
   // Two threads, as the loader and the training thread: each fills its tensors with its own
   // value and checks them before freeing; a block handed to both would show the other's.
   std::atomic<int> wrong{0};
