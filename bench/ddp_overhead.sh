@@ -43,10 +43,12 @@ value() { last_metric "$out/$1.jsonl" "$2"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print a / b }'; }
 # How many ms per step A seconds took longer than B seconds: extra_ms A B.
 extra_ms() { awk -v a="$1" -v b="$2" -v n="$steps" 'BEGIN { print 1000 * (a - b) / n }'; }
-# The pace (ms per step once warm, slowest rank) of run NAME in turn TURN: pace NAME TURN.
-pace() {
+# The DDP run's pace over the baseline's in turn TURN (ms per step once warm, slowest rank; one
+# Python for both): warm_ratio TURN.
+warm_ratio() {
   python3 -c 'import sys; sys.path.insert(0, "bench"); import step_trace
-print(step_trace.summarise(sys.argv[1])["pace_ms"])' "$out/$1.$2"
+ddp, baseline = (step_trace.summarise(p)["pace_ms"] for p in sys.argv[1:])
+print(ddp / baseline)' "$out/ddp.$1" "$out/baseline.$1"
 }
 # The Python reference's training seconds (its slowest rank's): reference_seconds [--no-sync]. Its
 # allocator is held in the mode the reference usually runs in (glibc's adaptive mmap threshold
@@ -76,7 +78,7 @@ for ((i = 1; i <= turns; i++)); do
   b=$(value baseline epoch_seconds)
   ra=$(reference_seconds)
   rb=$(reference_seconds --no-sync)
-  w=$(ratio "$(pace ddp "$i")" "$(pace baseline "$i")")
+  w=$(warm_ratio "$i")
   warm_ratios+=("$w")
   ratios+=("$(ratio "$a" "$b")")
   lockstep_ratios+=("$(ratio "$l" "$b")")
