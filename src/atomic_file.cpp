@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <utility>
 #include <vector>
 
 #include "ddp/error.h"
@@ -95,6 +97,17 @@ void make_directories(const std::string& dir) {
 bool path_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
+}
+
+CreatedFileGuard::CreatedFileGuard(std::string path)
+    : path_(std::move(path)),
+      existed_(path_exists(path_)),
+      uncaught_at_start_(std::uncaught_exceptions()) {}
+
+CreatedFileGuard::~CreatedFileGuard() {
+  if (!existed_ && !wrote_ && std::uncaught_exceptions() > uncaught_at_start_) {
+    ::unlink(path_.c_str());
+  }
 }
 
 }  // namespace ddp

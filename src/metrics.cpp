@@ -78,6 +78,7 @@ JsonRecord& JsonRecord::add(const std::string& k, bool value) {
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
+  created_.emplace(path);
   out_.open(path, std::ios::app);
   if (!out_) {
     throw IoError(concat("--metrics: cannot open ", path, " for writing: ", std::strerror(errno)));
@@ -88,6 +89,7 @@ void MetricsWriter::write(const JsonRecord& record) {
   if (!out_.is_open()) return;
   out_ << record.str() << '\n';
   out_.flush();
+  created_->wrote();
   if (!out_) throw IoError(concat("cannot write metrics to ", path_, " (disk full?)"));
 }
 

@@ -1,6 +1,7 @@
 #include "step_trace.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -28,14 +29,12 @@ double thread_cpu_seconds() {
 StepTrace::StepTrace(const std::string& prefix, int rank) {
   if (prefix.empty()) return;
   path_ = prefix + "." + std::to_string(rank) + ".csv";
-  file_ = std::fopen(path_.c_str(), "w");
+  created_.emplace(path_);
+  file_ = std::fopen(path_.c_str(), "a");
   if (!file_) {
     throw IoError(concat("--step-trace: cannot open ", path_, " for writing: ",
                          std::strerror(errno), "; give a prefix in a writable directory"));
   }
-  std::fprintf(file_,
-               "epoch,step,start,batch_ready,forward_done,backward_done,averaged,done,"
-               "cpu_seconds\n");
   last_cpu_seconds_ = thread_cpu_seconds();
 }
 
@@ -45,16 +44,31 @@ StepTrace::~StepTrace() {
 
 void StepTrace::write(const Step& s) {
   if (!file_) return;
+  if (!started_) start();
   const double cpu = thread_cpu_seconds();
   const int written = std::fprintf(
       file_, "%d,%lld,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n", s.epoch, (long long)s.global_step,
       seconds(s.start), seconds(s.batch_ready), seconds(s.forward_done), seconds(s.backward_done),
       seconds(s.averaged), seconds(s.done), cpu - last_cpu_seconds_);
   last_cpu_seconds_ = cpu;
-  if (written < 0 || std::fflush(file_) != 0) {
-    throw IoError(
-        concat("--step-trace: cannot write ", path_, ": ", std::strerror(errno), " (disk full?)"));
+  if (written < 0 || std::fflush(file_) != 0) write_failed();
+}
+
+void StepTrace::start() {
+  // Appending after an empty file is writing from its start.
+  if (::ftruncate(::fileno(file_), 0) != 0 ||
+      std::fprintf(file_,
+                   "epoch,step,start,batch_ready,forward_done,backward_done,averaged,done,"
+                   "cpu_seconds\n") < 0) {
+    write_failed();
   }
+  started_ = true;
+  created_->wrote();
+}
+
+void StepTrace::write_failed() const {
+  throw IoError(
+      concat("--step-trace: cannot write ", path_, ": ", std::strerror(errno), " (disk full?)"));
 }
 
 }  // namespace ddp::train

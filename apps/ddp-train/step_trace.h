@@ -7,7 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
+
+#include "ddp/atomic_file.h"
 
 namespace ddp::train {
 
@@ -27,8 +30,9 @@ class StepTrace {
     Clock::time_point done;           // optimizer step taken
   };
 
-  /// Writes to PREFIX.RANK.csv (truncated); an empty prefix traces nothing. Throws IoError when
-  /// the file cannot be opened.
+  /// Writes to PREFIX.RANK.csv, replacing what it held from the first step on (a start-up that
+  /// fails leaves an earlier trace as it was, and no file where there was none); an empty prefix
+  /// traces nothing. Throws IoError when the file cannot be opened.
   StepTrace(const std::string& prefix, int rank);
   ~StepTrace();
   StepTrace(const StepTrace&) = delete;
@@ -39,7 +43,11 @@ class StepTrace {
   void write(const Step& step);
 
  private:
-  std::FILE* file_ = nullptr;
+  void start();                            // empties the file and writes the header
+  [[noreturn]] void write_failed() const;  // throws IoError naming the file
+  std::optional<CreatedFileGuard> created_;
+  std::FILE* file_ = nullptr;  // opened for appending, emptied at the first step
+  bool started_ = false;       // the header is written
   std::string path_;
   double last_cpu_seconds_ = 0;  // this thread's CPU time when the previous line was written
 };

@@ -61,6 +61,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   ::gethostname(host, sizeof host - 1);
   path_ = concat(dir, "/events.out.tfevents.", int64_t(seconds_since_epoch()), ".", host, ".",
                  ::getpid());
+  created_.emplace(path_);
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_)
     throw IoError(concat("--tensorboard: cannot write ", path_, ": ", std::strerror(errno)));
@@ -78,6 +79,7 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   v->set_tag(tag);
   v->set_simple_value(float(value));
   write_record(event.SerializeAsString());
+  created_->wrote();
 }
 
 void TensorBoardWriter::write_record(const std::string& bytes) {

@@ -6,15 +6,19 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "ddp/atomic_file.h"
 
 namespace ddp::train {
 
 /// Appends scalar events to a new event file in a directory.
 class TensorBoardWriter {
  public:
-  /// Creates `dir` if needed and a new file in it; throws IoError naming the path otherwise.
+  /// Creates `dir` if needed and a new file in it; throws IoError naming the path otherwise. The
+  /// file is removed again if an exception destroys the writer before its first scalar.
   explicit TensorBoardWriter(const std::string& dir);
   /// One scalar (a point of the curve `tag`) at `step`; written through at once.
   void scalar(const std::string& tag, double value, int64_t step);
@@ -23,6 +27,7 @@ class TensorBoardWriter {
  private:
   void write_record(const std::string& bytes);
   std::string path_;
+  std::optional<CreatedFileGuard> created_;
   std::ofstream out_;
 };
 

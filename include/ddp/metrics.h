@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
+
+#include "ddp/atomic_file.h"
 
 namespace ddp {
 
@@ -34,12 +37,14 @@ std::string json_quote(const std::string& text);
 class MetricsWriter {
  public:
   MetricsWriter() = default;
-  /// Opens `path` for appending (no-op for an empty path); throws IoError when it cannot.
+  /// Opens `path` for appending (no-op for an empty path); throws IoError when it cannot. A file
+  /// this creates is removed again if an exception destroys the writer before its first record.
   explicit MetricsWriter(const std::string& path);
   bool enabled() const { return out_.is_open(); }
   void write(const JsonRecord& record);
 
  private:
+  std::optional<CreatedFileGuard> created_;
   std::ofstream out_;
   std::string path_;
 };

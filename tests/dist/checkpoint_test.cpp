@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -394,4 +395,33 @@ TEST(CheckpointForgery, AStorageLargerThanItsRecordIsRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+// CreatedFileGuard (atomic_file.h): unwinding removes a file that its opening created and that
+// holds nothing yet; a file that existed, or that was written, or a normal end, keeps the file.
+TEST(CreatedFileGuard, AnExceptionRemovesOnlyAFileItsOwnerCreatedAndNeverWrote) {
+  const ddp::test::TempDir dir;
+  const std::string fresh = dir / "fresh", old = dir / "old", used = dir / "used";
+  std::ofstream(old) << "kept";
+  auto open_then_fail = [](const std::string& path, bool write) {
+    try {
+      ddp::CreatedFileGuard guard(path);
+      std::ofstream(path, std::ios::app) << (write ? "output" : "");
+      if (write) guard.wrote();
+      throw std::runtime_error("start-up failed");
+    } catch (const std::runtime_error&) {
+    }
+  };
+  open_then_fail(fresh, false);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  open_then_fail(old, false);
+  EXPECT_EQ(ddp::test::read_file(old), "kept");
+  open_then_fail(used, true);
+  EXPECT_EQ(ddp::test::read_file(used), "output");
+  {
+    ddp::CreatedFileGuard guard(fresh);
+    EXPECT_FALSE(guard.existed());
+    std::ofstream(fresh, std::ios::app);
+  }
+  EXPECT_TRUE(std::filesystem::exists(fresh));
 }

@@ -570,10 +570,12 @@ TEST_F(TrainerTest, TensorCacheIsOnByDefaultAndTheEnvironmentTurnsItOff) {
 
 // --step-trace: each rank writes one line per step whose times follow the step's order, and the
 // bench's summary reads them (the ranks wait for each other, so it reports the collective's
-// latency). A prefix in a missing directory is refused before training, naming the file.
+// latency); an earlier trace at the same prefix is replaced. A prefix in a missing directory is
+// refused before training, naming the file.
 TEST_F(TrainerTest, StepTraceTimesEveryStepOnEveryRank) {
   test::TempDir out;
   const std::string prefix = out / "trace";
+  std::ofstream(prefix + ".1.csv") << "an earlier run's trace, longer than its header line\n";
   const auto r = test::run(
       {test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(), "--epochs", "1",
        "--max-steps", "6", "--batch-size", "16", "--no-eval", "--step-trace", prefix},
@@ -638,6 +640,23 @@ TEST_F(TrainerTest, UnwritableOutputsFailBeforeStartUpNamingThePath) {
         << flags[0] << " failed only after start-up:\n"
         << r.output;
   }
+}
+
+// The output files are opened before start-up, but a start-up that fails (here: no data) leaves
+// them as it found them: no new metrics, trace or event file, and an earlier trace untouched.
+TEST_F(TrainerTest, AFailedStartUpLeavesTheOutputFilesAsItFoundThem) {
+  const test::TempDir out;
+  std::ofstream(out / "old.0.csv") << "an earlier run's trace\n";
+  const auto r = test::run(
+      {test::train_bin(), "--nproc-per-node", "2", "--data-dir", out / "no-data", "--max-steps",
+       "1", "--metrics", out / "m.jsonl", "--tensorboard", out / "tb", "--step-trace", out / "old"},
+      {}, 120s);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("CIFAR-10 not found"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out / "m.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(out / "old.1.csv"));
+  EXPECT_TRUE(std::filesystem::is_empty(out / "tb"));
+  EXPECT_EQ(test::read_file(out / "old.0.csv"), "an earlier run's trace\n");
 }
 
 TEST_F(TrainerTest, HelpListsEveryFlag) {
