@@ -137,12 +137,18 @@ void release(void* data) {
   if (data != nullptr && !BlockCache::get().give_back(data)) c10::free_cpu(data);
 }
 
-// One deleter for every block, so that raw_allocate()/raw_deallocate() work as with LibTorch's
-// own CPU allocator (both need the data pointer to be the context).
+// A small block's tensor frees it straight to malloc, without the cache's lock. raw_deallocate()
+// has one deleter for every block, raw_deleter(): release() looks the block up, and frees one it
+// does not hold (the data pointer is the context, as raw_allocate() needs).
 struct CpuTensorCache final : compat::CpuAllocatorBase {
   c10::DataPtr allocate_bytes(size_t bytes) const override {
-    void* data = bytes >= kMinCachedBytes ? BlockCache::get().take(bytes) : c10::alloc_cpu(bytes);
-    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+    const c10::Device cpu(c10::DeviceType::CPU);
+    if (bytes < kMinCachedBytes) {
+      void* data = c10::alloc_cpu(bytes);
+      return {data, data, &c10::free_cpu, cpu};
+    }
+    void* data = BlockCache::get().take(bytes);
+    return {data, data, &release, cpu};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 };

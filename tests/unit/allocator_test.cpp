@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/impl/alloc_cpu.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -159,6 +160,12 @@ TEST(CpuTensorCache, SmallBlocksAndRawAllocationsAreLibTorchsAsBefore) {
   void* raw = cache.raw_allocate(2 * kMiB);  // data pointer and context are the same
   cache.raw_deallocate(raw);
   EXPECT_GE(since(before).idle_bytes, 2 * kMiB);
+  // A small tensor frees itself to malloc; raw_deallocate() of one goes through the one
+  // raw_deleter(), which frees a block the cache does not hold.
+  EXPECT_EQ(cache.allocate(1000).get_deleter(), &c10::free_cpu);
+  const auto idle = since(before).idle_bytes;
+  cache.raw_deallocate(cache.raw_allocate(1000));
+  EXPECT_EQ(since(before).idle_bytes, idle);
 }
 
 TEST(CpuTensorCache, InstalledItServesTensorsAndABlockIsNeverHandedOutTwice) {
