@@ -33,6 +33,9 @@ class CreatedFileGuard {
   ~CreatedFileGuard();
   CreatedFileGuard(const CreatedFileGuard&) = delete;
   CreatedFileGuard& operator=(const CreatedFileGuard&) = delete;
+  /// Moving hands the file over (its owners stay movable); the moved-from guard removes nothing.
+  CreatedFileGuard(CreatedFileGuard&& other) noexcept;
+  CreatedFileGuard& operator=(CreatedFileGuard&& other) noexcept;
 
   bool existed() const { return existed_; }
   /// The file now holds the job's output: keep it, whatever happens next.

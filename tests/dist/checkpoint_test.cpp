@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include <torch/torch.h>
 
@@ -18,6 +19,7 @@
 #include "ddp/data/cifar10.h"
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
+#include "ddp/metrics.h"
 #include "models/net.h"
 #include "src/pickle_guard.h"
 #include "support/process.h"
@@ -424,4 +426,15 @@ TEST(CreatedFileGuard, AnExceptionRemovesOnlyAFileItsOwnerCreatedAndNeverWrote) 
     std::ofstream(fresh, std::ios::app);
   }
   EXPECT_TRUE(std::filesystem::exists(fresh));
+  std::filesystem::remove(fresh);
+  try {  // a guard moved away from removes nothing; the one it moved to still does
+    ddp::CreatedFileGuard first(fresh);
+    std::ofstream(fresh, std::ios::app);
+    ddp::CreatedFileGuard second(std::move(first));
+    throw std::runtime_error("start-up failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  static_assert(std::is_move_constructible_v<ddp::MetricsWriter>);
+  static_assert(std::is_move_assignable_v<ddp::MetricsWriter>);
 }
