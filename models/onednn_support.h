@@ -8,12 +8,13 @@
 #include "ddp_build_config.h"
 
 // oneDNN 2.x only: 3.0 replaced the operation descriptors these layers build their primitives
-// from, and ddp.cpp has not been measured against its kernels. Without it, LibTorch's own ops.
+// from (CMake builds them only with a 2.x). Without it, LibTorch's own ops.
 #if defined(DDP_HAVE_ONEDNN)
 #include <oneapi/dnnl/dnnl.hpp>
-#if DNNL_VERSION_MAJOR == 2
-#define DDP_ONEDNN_LAYERS 1
+#if DNNL_VERSION_MAJOR != 2
+#error "oneDNN's headers seen here are not the 2.x library CMake found (CMakeLists.txt, ddp_models)"
 #endif
+#define DDP_ONEDNN_LAYERS 1
 #endif
 
 #if defined(DDP_ONEDNN_LAYERS)

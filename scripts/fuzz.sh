@@ -3,6 +3,7 @@
 # data set readers (CIFAR-10, IDX) and the checkpoint loader (our checkpoints and exports,
 # Python's torch.save; LibTorch itself is linked, not instrumented).
 # usage: scripts/fuzz.sh [SECONDS per target (30)] [OUTPUT DIR (build/fuzz)] [SEED (1)]
+#                       [BUILD ENV (build/fuzz-build.env: LibTorch's paths, written by CMake)]
 # The test suite runs a fixed SEED, so that a CI run explores the same inputs each time and a
 # failure reproduces; SEED 0 draws a new one per run, to search further (e.g. 600 0).
 set -euo pipefail
@@ -10,12 +11,18 @@ cd "$(dirname "$0")/.."
 seconds=${1:-30}
 out=${2:-build/fuzz}
 seed=${3:-1}
+env_file=${4:-build/fuzz-build.env}
 if ! [[ $seconds =~ ^[1-9][0-9]*$ && $seed =~ ^[0-9]+$ ]]; then
   echo "usage: scripts/fuzz.sh [SECONDS >= 1] [OUTPUT DIR] [SEED >= 0]" >&2
   exit 2
 fi
-flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-  -Iinclude -Isrc -DUSE_DISTRIBUTED -DUSE_C10D_GLOO)
+if [[ ! -f $env_file ]]; then
+  echo "fuzz: $env_file not found: configure the build first (cmake -S . -B build)" >&2
+  exit 2
+fi
+source "$env_file"
+flags=(-std="$fuzz_std" -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+  -Iinclude -Isrc "${fuzz_includes[@]}" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO)
 # -rss_limit_mb and -malloc_limit_mb bound what one input may allocate; -timeout its time.
 # A finding is written to $out/ (crash-*, oom-*, timeout-*), named in the log.
 run=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
@@ -24,15 +31,15 @@ run=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_m
 mkdir -p "$out/corpus" "$out/checkpoint-corpus"
 cp -n fuzz/corpus/* "$out/corpus/" 2>/dev/null || true
 cp -n fuzz/checkpoint-corpus/* "$out/checkpoint-corpus/" 2>/dev/null || true  # with past findings
-clang++ "${flags[@]}" fuzz/dataset_fuzz.cpp src/data/cifar10.cpp src/data/idx.cpp \
+"$fuzz_cxx" "${flags[@]}" fuzz/dataset_fuzz.cpp src/data/cifar10.cpp src/data/idx.cpp \
   src/data/mapped_file.cpp src/data/dataset.cpp src/atomic_file.cpp -lz -o "$out/dataset_fuzz"
 "$out/dataset_fuzz" "${run[@]}" -max_len=200000 "$out/corpus"
 
 # The checkpoint target writes its own seeds (a real checkpoint and an export); Python adds a
 # torch.save'd state dict, the other format the loader reads.
-clang++ "${flags[@]}" -I/usr/include/torch/csrc/api/include fuzz/checkpoint_fuzz.cpp \
-  src/checkpoint.cpp src/pickle_guard.cpp src/atomic_file.cpp -ltorch -ltorch_cpu -lc10 -o "$out/checkpoint_fuzz"
-/usr/bin/python3 -c 'import sys, torch; torch.manual_seed(0)
+"$fuzz_cxx" "${flags[@]}" fuzz/checkpoint_fuzz.cpp \
+  src/checkpoint.cpp src/pickle_guard.cpp src/atomic_file.cpp "${fuzz_torch_libs[@]}" -o "$out/checkpoint_fuzz"
+"$fuzz_python" -c 'import sys, torch; torch.manual_seed(0)
 torch.save(torch.nn.Linear(3, 2).state_dict(), sys.argv[1])' \
   "$out/checkpoint-corpus/seed-python.pt"
 # Leak checking is off for this one: LibTorch 1.13's PyTorchStreamReader leaks its miniz reader

@@ -1,43 +1,61 @@
 #!/usr/bin/env bash
-# Installs every dependency from Debian's archive (idempotent, non-interactive), then builds
-# ddp.cpp in Release into build/. Usage: scripts/setup.sh [extra cmake arguments]
+# Installs every dependency (Debian's archive; PyPI's torch into .venv), then builds ddp.cpp in
+# Release into build/. Idempotent and non-interactive; run as root or with sudo available.
+#
+# usage: scripts/setup.sh [--libtorch wheel|debian] [extra cmake arguments]
+#   --libtorch wheel   (the default) PyPI's torch and torchvision, pinned in
+#                      scripts/python-requirements.txt, in the virtual environment .venv: its
+#                      LibTorch (a CUDA build with NCCL) is what ddp.cpp compiles against, and its
+#                      Python is the reference the tests and benches compare with. CUDA headers
+#                      come from the machine's CUDA toolkit (/usr/local/cuda) where there is one.
+#   --libtorch debian  Debian's libtorch-dev (1.13.1 on Debian 12, 2.6.0 on Debian 13) and
+#                      python3-torch as the reference; no .venv.
+#   DDP_LIBTORCH=wheel|debian in the environment does the same as --libtorch.
+#   DDP_SETUP_BUILD=0  install only, build nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+libtorch=${DDP_LIBTORCH:-wheel}
+if [[ ${1:-} == --libtorch ]]; then
+  libtorch=${2:-}
+  shift 2 || shift
+elif [[ ${1:-} == --libtorch=* ]]; then
+  libtorch=${1#--libtorch=}
+  shift
+fi
+if [[ $libtorch != wheel && $libtorch != debian ]]; then
+  echo "setup: --libtorch (or DDP_LIBTORCH) must be 'wheel' or 'debian', not '$libtorch'" >&2
+  exit 2
+fi
+
 packages=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev libgloo-dev            # LibTorch 1.13 with c10d (Gloo, TCPStore)
-  libopenblas0-openmp                 # LibTorch's BLAS: else libblas.so.3 is the reference
-                                      # BLAS, and torch::mm runs at ~5 GFLOP/s instead of ~160
-  libdnnl-dev                         # oneDNN's API: Winograd convolutions (models/onednn_conv2d.h)
+  libgloo-dev                         # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
+                                      # and PyPI's torch does not ship (CMakeLists.txt)
+  libdnnl-dev ocl-icd-opencl-dev      # oneDNN 2.x's API: Winograd convolutions
+                                      # (models/onednn_conv2d.h); its CMake package needs OpenCL's
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml
   libprotobuf-dev protobuf-compiler   # ddp-train --tensorboard (event files)
   libplplot-dev plplot-driver-cairo   # ddp-train plot (PNG through cairo, SVG)
-  python3 python3-torch python3-torchvision                  # the reference implementation
+  python3                             # the reference implementation's interpreter
   dataset-fashion-mnist               # the real Fashion-MNIST
   iproute2 tar                        # multi-node tests (network namespaces), archives
-  clang libclang-rt-dev               # the libFuzzer target for the data set readers
+  clang libclang-rt-dev               # the libFuzzer targets (scripts/fuzz.sh)
 )
-
-# DDP_LIBTORCH=cuda (Debian 13 with contrib and non-free): LibTorch 2.6 built with CUDA and
-# NCCL, the CUDA toolkit its CMake package looks for, and Gloo built with CUDA to match; no
-# python3-torch (the CUDA one conflicts with it), so this compiles but does not run the tests
-# (scripts/check-libtorch2.sh --cuda).
-if [[ ${DDP_LIBTORCH:-} == cuda ]]; then
-  cpu_only=(libtorch-dev libgloo-dev python3-torch python3-torchvision)
-  kept=()
-  for p in "${packages[@]}"; do
-    [[ " ${cpu_only[*]} " == *" $p "* ]] || kept+=("$p")
-  done
-  packages=("${kept[@]}" libtorch-cuda-dev libgloo-cuda-dev libnccl-dev nvidia-cuda-toolkit)
-fi
-
-# Debian 13's LibTorch 2.6 is built with c10d's MPI backend, whose header includes <mpi.h>.
-libtorch_version=$(apt-cache show --no-all-versions libtorch-dev 2>/dev/null | sed -n 's/^Version: //p')
-if [[ $libtorch_version == 2.* ]]; then
-  packages+=(mpi-default-dev)
+if [[ $libtorch == wheel ]]; then
+  packages+=(python3-venv)            # .venv for PyPI's torch
+else
+  packages+=(
+    libtorch-dev                      # LibTorch with c10d (Gloo, TCPStore)
+    libopenblas0-openmp               # LibTorch's BLAS: else libblas.so.3 is the reference
+                                      # BLAS, and torch::mm runs at ~5 GFLOP/s instead of ~160
+    python3-torch python3-torchvision # the reference implementation
+  )
+  # Debian 13's LibTorch 2.6 is built with c10d's MPI backend, whose header includes <mpi.h>.
+  version=$(apt-cache show --no-all-versions libtorch-dev 2>/dev/null | sed -n 's/^Version: //p')
+  [[ $version == 2.* ]] && packages+=(mpi-default-dev)
 fi
 
 missing=()
@@ -52,8 +70,38 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# DDP_SETUP_BUILD=0: the packages only (scripts/check-libtorch2.sh --cuda builds what it can).
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [[ $libtorch == wheel ]]; then
+  [[ -x .venv/bin/python ]] || /usr/bin/python3 -m venv .venv
+  echo "setup: PyPI's torch into .venv ($(grep -v '^#' scripts/python-requirements.txt | xargs))"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt
+  torch_prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  torch_dir=$torch_prefix/Torch
+  cmake_args+=(-DTorch_DIR="$torch_dir" -DDDP_PYTHON="$PWD/.venv/bin/python")
+  # The wheel's CMake package enables CUDA and finds the toolkit through nvcc.
+  if ! command -v nvcc >/dev/null; then
+    if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+      export PATH=/usr/local/cuda/bin:$PATH
+    else
+      echo "setup: warning: no CUDA toolkit (nvcc, /usr/local/cuda): building without the" \
+        "CUDA and NCCL code paths (--device cuda will be refused)" >&2
+    fi
+  fi
+else
+  torch_dir=""
+  cmake_args+=(-DDDP_LIBTORCH_FROM_VENV=OFF -DDDP_PYTHON=/usr/bin/python3)
+fi
+
 [[ ${DDP_SETUP_BUILD:-1} == 0 ]] && exit 0
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+
+# A build folder configured against another LibTorch is started afresh: CMake's cache would keep
+# the old one's paths.
+cached=$(sed -n 's/^Torch_DIR:PATH=//p' build/CMakeCache.txt 2>/dev/null || true)
+if [[ -n $cached && ($libtorch == wheel && $cached != "$torch_dir" ||
+  $libtorch == debian && $cached != /usr/*) ]]; then
+  echo "setup: build/ was configured against $cached; configuring it afresh"
+  rm -rf build
+fi
+cmake -S . -B build "${cmake_args[@]}" "$@"
 cmake --build build -j "$(nproc)"
-echo "setup: built build/ddp-train and build/ddprun"
+echo "setup: built build/ddp-train and build/ddprun ($(build/ddp-train --version | head -1))"

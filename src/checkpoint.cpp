@@ -48,10 +48,10 @@ std::string rewrite_python_state_dict_pickle(std::string pkl) {
     pkl.resize(start);
     pkl += '.';  // STOP: the dict of tensors is the result
   }
-  pkl.replace(2, head.size() - 2, "}");
+  pkl.replace(2, head.size() - 2, 1, '}');
   const std::string again("h\x00)R", 4);  // BINGET 0 (the OrderedDict class), (), REDUCE
   for (size_t at = pkl.find(again); at != std::string::npos; at = pkl.find(again, at + 1)) {
-    pkl.replace(at, again.size(), "}");
+    pkl.replace(at, again.size(), 1, '}');
   }
   return pkl;
 }

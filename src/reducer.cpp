@@ -101,7 +101,7 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
 
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: hooks live there
+  std::vector<compat::NodePtr> accumulators;  // kept alive: hooks live there
   std::unordered_map<const torch::autograd::Node*, size_t> accumulator_index;
   std::vector<torch::Tensor> buffers;
 

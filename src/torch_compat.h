@@ -132,8 +132,13 @@ inline void queue_end_of_backward(std::function<void()> fn) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
 }
 
+// An owning pointer to an autograd node: std::shared_ptr in 1.13 and 2.6, c10::intrusive_ptr
+// in 2.14.
+using NodePtr =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
+
 // The AccumulateGrad node of a leaf tensor; holding it keeps hooks on it alive.
-inline std::shared_ptr<torch::autograd::Node> grad_accumulator(const torch::Tensor& param) {
+inline NodePtr grad_accumulator(const torch::Tensor& param) {
   return torch::autograd::impl::grad_accumulator(param);
 }
 

@@ -4,11 +4,27 @@
 #include <charconv>
 #include <map>
 
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_TOML)
 #include <toml++/toml.h>
+#endif
 
 #include "ddp/error.h"
 
 namespace ddp::train {
+
+#if !defined(DDP_HAVE_TOML)
+
+std::vector<std::string> flags_from_config_file(const std::string& path,
+                                                const std::function<FlagArity(const std::string&)>&) {
+  throw InvalidArgument(concat("--config ", path, ": this ddp-train was built without TOML "
+                               "support (DDP_WITH_TOML=OFF; Debian: libtomlplusplus-dev); give "
+                               "the flags on the command line"));
+}
+
+#else
+
 namespace {
 
 // The shortest text that reads back as the same double (0.05, not 0.050000000000000003).
@@ -77,5 +93,7 @@ std::vector<std::string> flags_from_config_file(
   }
   return args;
 }
+
+#endif  // DDP_HAVE_TOML
 
 }  // namespace ddp::train

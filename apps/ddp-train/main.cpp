@@ -13,7 +13,9 @@
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "ddp/launch.h"
+#include "ddp/process_group.h"
 #include "ddp/world.h"
+#include "models/onednn_conv2d.h"
 #include "options.h"
 #include "plot.h"
 #include "trainer.h"
@@ -30,6 +32,29 @@ const char* kMakeDataHelp =
     "blended with noise): CIFAR-10 binary files under DIR/cifar-10-batches-bin, or gzip'd IDX\n"
     "files (28x28, as MNIST) in DIR. Defaults: cifar10, 5000 train, 1000 test, seed 0,\n"
     "signal 0.5 (share of each pixel from the prototype; lower is harder).\n";
+
+// What this build can do: the LibTorch it was compiled against, the c10d backends and devices
+// compiled in (and the GPUs visible now), and whether Net has oneDNN's Winograd layers.
+void print_version() {
+  std::printf("ddp-train, built against LibTorch %d.%d.%d (C++%ld)\n", TORCH_VERSION_MAJOR,
+              TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, __cplusplus / 100 % 100);
+  std::string built, missing;
+  for (const char* backend : {"gloo", "nccl", "mpi"}) {
+    std::string& list = ddp::ProcessGroup::has_backend(backend) ? built : missing;
+    list += (list.empty() ? "" : ", ") + std::string(backend);
+  }
+  std::printf("backends: %s%s\n", built.c_str(),
+              missing.empty() ? "" : (" (not compiled in: " + missing + ")").c_str());
+  if (ddp::ProcessGroup::has_backend("nccl")) {
+    std::printf("devices: cpu, cuda (%d GPU(s) visible)\n", int(torch::cuda::device_count()));
+  } else {
+    std::printf("devices: cpu (this LibTorch has no CUDA)\n");
+  }
+  std::printf("Net's convolutions: %s\n",
+              ddp::models::onednn_conv2d_available(64, 128, ddp::models::ConvAlgorithm::kWinograd)
+                  ? "oneDNN's own API (Winograd conv2)"
+                  : "LibTorch's");
+}
 
 int make_data(const std::vector<std::string>& args) {
   ddp::data::SyntheticOptions options;
@@ -133,8 +158,7 @@ int main(int argc, char** argv) {
   if (const char* r = std::getenv("RANK")) rank_tag = std::string(" (rank ") + r + ")";
   try {
     if (args.size() == 1 && args[0] == "--version") {
-      std::printf("ddp-train, built against LibTorch %d.%d.%d\n", TORCH_VERSION_MAJOR,
-                  TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+      print_version();
       return 0;
     }
     if (!args.empty() && args[0] == "make-data") {

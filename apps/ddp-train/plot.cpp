@@ -1,6 +1,10 @@
 #include "plot.h"
 
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_PLOT)
 #include <plplot/plplot.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -31,6 +35,7 @@ struct Panel {
   double y_min, y_max;
 };
 
+#if defined(DDP_HAVE_PLOT)
 // Axes, labels, then each curve in its colour (PLplot's map 0: 1 red, 3 green, 9 blue).
 void draw_panel(const std::vector<PLFLT>& x, const std::vector<std::vector<PLFLT>>& curves,
                 const std::vector<int>& colours, const Panel& panel, const char* title) {
@@ -83,6 +88,14 @@ void plot(const std::vector<EpochPoint>& points, const std::string& out) {
   draw_panel(x, {test_acc}, {3}, {"test accuracy (%)", 0, 100}, "test accuracy");
   plend();
 }
+
+#else
+void plot(const std::vector<EpochPoint>&, const std::string& out) {
+  throw InvalidArgument(concat("plot: cannot draw ", out, ": this ddp-train was built without "
+                               "PLplot (DDP_WITH_PLOT=OFF; Debian: libplplot-dev, "
+                               "plplot-driver-cairo)"));
+}
+#endif  // DDP_HAVE_PLOT
 
 }  // namespace
 

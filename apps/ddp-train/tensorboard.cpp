@@ -8,9 +8,49 @@
 
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_TENSORBOARD)
 #include "tensorboard_event.pb.h"
+#endif
 
 namespace ddp::train {
+
+uint32_t crc32c(const void* data, size_t size) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t crc = 0xffffffffu;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xffffffffu;
+}
+
+#if !defined(DDP_HAVE_TENSORBOARD)
+
+namespace {
+const char* kNotBuilt =
+    "this ddp-train was built without TensorBoard event files (DDP_WITH_TENSORBOARD=OFF; "
+    "Debian: libprotobuf-dev, protobuf-compiler)";
+}  // namespace
+
+TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
+  throw InvalidArgument(concat("--tensorboard ", dir, ": ", kNotBuilt));
+}
+void TensorBoardWriter::scalar(const std::string&, double, int64_t) {}
+void TensorBoardWriter::write_record(const std::string&) {}
+std::vector<ScalarEvent> read_events(const std::string& path) {
+  throw InvalidArgument(concat("cannot read ", path, ": ", kNotBuilt));
+}
+
+#else
+
 namespace {
 
 constexpr uint32_t kMaskDelta = 0xa282ead8u;
@@ -38,22 +78,6 @@ uint64_t get_le(const char* p, int bytes) {
 }
 
 }  // namespace
-
-uint32_t crc32c(const void* data, size_t size) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = 0xffffffffu;
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
-}
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   make_directories(dir);
@@ -123,5 +147,7 @@ std::vector<ScalarEvent> read_events(const std::string& path) {
   }
   return scalars;
 }
+
+#endif  // DDP_HAVE_TENSORBOARD
 
 }  // namespace ddp::train

@@ -1,9 +1,13 @@
 #include "ddp/data/download.h"
 
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_DOWNLOAD)
 #include <archive.h>
 #include <archive_entry.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
+#endif
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +23,35 @@
 namespace ddp::data {
 namespace {
 
+bool cifar_complete(const std::string& root) {
+  for (Split split : {Split::kTrain, Split::kTest}) {
+    for (const std::string& name : Cifar10Dataset::file_names(split)) {
+      if (!path_exists(root + "/" + name)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+#if !defined(DDP_HAVE_DOWNLOAD)
+
+std::string md5_file(const std::string& path) {
+  throw Error(concat("cannot hash ", path, ": this build has no OpenSSL (DDP_WITH_DOWNLOAD=OFF)"));
+}
+
+void download_cifar10(const std::string& dir, const DownloadOptions& options) {
+  if (cifar_complete(dir + "/cifar-10-batches-bin")) return;
+  throw InvalidArgument(concat("cannot download ", options.url, ": this build has no libcurl, "
+                               "libarchive and OpenSSL (DDP_WITH_DOWNLOAD=OFF); fetch the archive "
+                               "yourself and unpack it into ",
+                               dir, ", or rebuild with them"));
+}
+
+#else
+
+namespace {
+
 using CurlPtr = std::unique_ptr<CURL, decltype(&curl_easy_cleanup)>;
 // A deleter type rather than decltype(&std::fclose): glibc 2.41 gives fclose attributes that a
 // function-pointer template argument drops (GCC 14 -Wignored-attributes).
@@ -28,15 +61,6 @@ struct CloseFile {
 using FilePtr = std::unique_ptr<std::FILE, CloseFile>;
 using ArchivePtr = std::unique_ptr<struct archive, decltype(&archive_read_free)>;
 using ArchiveWriterPtr = std::unique_ptr<struct archive, decltype(&archive_write_free)>;
-
-bool cifar_complete(const std::string& root) {
-  for (Split split : {Split::kTrain, Split::kTest}) {
-    for (const std::string& name : Cifar10Dataset::file_names(split)) {
-      if (!path_exists(root + "/" + name)) return false;
-    }
-  }
-  return true;
-}
 
 void fetch(const std::string& url, const std::string& dest, long timeout_seconds) {
   FilePtr out(std::fopen(dest.c_str(), "wb"));
@@ -174,5 +198,7 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   }
   remove_tree(staging);
 }
+
+#endif  // DDP_HAVE_DOWNLOAD
 
 }  // namespace ddp::data

@@ -1,6 +1,10 @@
 #include "ddp/data/idx.h"
 
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_GZIP)
 #include <zlib.h>
+#endif
 
 #include <cerrno>
 #include <cstdio>
@@ -35,6 +39,31 @@ std::string find_idx_file(const std::string& dir, const std::string& base,
 
 }  // namespace
 
+#if !defined(DDP_HAVE_GZIP)
+
+// Without zlib (DDP_WITH_GZIP=OFF): plain files only, and a gzip'd one is named as such.
+std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!file) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  while (const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get())) {
+    if (out.size() + n > max_bytes) {
+      throw DataError(
+          concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
+    }
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  if (std::ferror(file.get())) throw IoError(concat("cannot read ", path));
+  if (out.size() >= 2 && out[0] == 0x1f && out[1] == 0x8b) {
+    throw DataError(concat(path, " is gzip-compressed, and this build has no zlib "
+                                 "(DDP_WITH_GZIP=OFF): gunzip it, or rebuild with zlib"));
+  }
+  return out;
+}
+
+#else
+
 std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) {
   gzFile gz = gzopen(path.c_str(), "rb");  // reads plain files unchanged
   if (gz == nullptr) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
@@ -67,6 +96,8 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
   }
   return out;
 }
+
+#endif  // DDP_HAVE_GZIP
 
 const char* IdxDataset::file_prefix(Split split) {
   return split == Split::kTrain ? "train" : "t10k";

@@ -1,6 +1,10 @@
 #include "ddp/data/synthetic.h"
 
+#include "ddp_build_config.h"
+
+#if defined(DDP_HAVE_GZIP)
 #include <zlib.h>
+#endif
 
 #include <array>
 #include <random>
@@ -66,12 +70,22 @@ void write_idx_split(const std::string& dir, const std::string& prefix, size_t c
     labels.push_back(char(label));
     maker.append(label, images);
   }
+#if defined(DDP_HAVE_GZIP)
   write_file_atomic(dir + "/" + prefix + "-images-idx3-ubyte.gz", gzip_bytes(images));
   write_file_atomic(dir + "/" + prefix + "-labels-idx1-ubyte.gz", gzip_bytes(labels));
+#else  // no zlib: the plain files, which the reader takes as well
+  write_file_atomic(dir + "/" + prefix + "-images-idx3-ubyte", images);
+  write_file_atomic(dir + "/" + prefix + "-labels-idx1-ubyte", labels);
+#endif
 }
 
 }  // namespace
 
+#if !defined(DDP_HAVE_GZIP)
+std::string gzip_bytes(const std::string&) {
+  throw Error("gzip: this build has no zlib (DDP_WITH_GZIP=OFF)");
+}
+#else
 std::string gzip_bytes(const std::string& bytes) {
   z_stream zs{};
   // windowBits 15 + 16 asks zlib for a gzip header and trailer.
@@ -90,6 +104,7 @@ std::string gzip_bytes(const std::string& bytes) {
   out.resize(zs.total_out);
   return out;
 }
+#endif  // DDP_HAVE_GZIP
 
 void write_synthetic_cifar10(const std::string& dir, const SyntheticOptions& options) {
   const std::string root = dir + "/cifar-10-batches-bin";

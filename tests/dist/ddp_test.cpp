@@ -2,6 +2,8 @@
 // one process on the whole batch, overlap, no_sync, unused parameters, model checks, rebuilds.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <mutex>
 
 #include <torch/torch.h>
@@ -86,6 +88,26 @@ std::vector<torch::Tensor> train_single(M model, const Batches& data) {
   return out;
 }
 
+// The same training on one process, each batch cut into `parts` slices whose gradients are
+// accumulated (each loss divided by `parts`): the arithmetic DDP does, without DDP.
+template <typename M>
+std::vector<torch::Tensor> train_accumulated(M model, const Batches& data, int parts) {
+  auto sgd = make_sgd(model->parameters());
+  for (size_t s = 0; s < data.x.size(); ++s) {
+    sgd.zero_grad();
+    const int64_t per_part = data.x[s].size(0) / parts;
+    for (int p = 0; p < parts; ++p) {
+      const auto x = data.x[s].narrow(0, p * per_part, per_part);
+      const auto y = data.y[s].narrow(0, p * per_part, per_part);
+      (torch::nn::functional::cross_entropy(model->forward(x), y) / parts).backward();
+    }
+    sgd.step();
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
 float max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   float worst = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -128,15 +150,39 @@ std::vector<M> build(int world, Make make) {
   return models;
 }
 
+// `fn()` on a thread of its own, as the ranks run.
+template <typename Fn>
+auto on_new_thread(Fn fn) {
+  decltype(fn()) result;
+  std::thread([&] { result = fn(); }).join();
+  return result;
+}
+
+// DDP on `world` ranks trains Net as one process does on the whole batch: as closely as the same
+// process accumulating the ranks' slices of each batch, and that within rounding of DDP. The
+// references run on a thread of their own, as the ranks do: with LibTorch 2.14 and oneDNN's
+// AVX-512 kernels, the main thread's results differ from a new thread's in the last bits
+// (not with DNNL_MAX_CPU_ISA=AVX2), and Net's max-pools turn that now and then into another
+// argmax, a difference of ~1e-4 after 20 steps of SGD with momentum. Even between threads such
+// a flip comes sooner or later, so the runs are short: 5 steps, momentum included.
 void expect_equivalent_net(int world) {
-  const int per_rank = 2, steps = 20;
+  const int per_rank = 2, steps = 5;
   const Batches data = make_batches(steps, world * per_rank, {3, 32, 32}, 10);
-  torch::manual_seed(0);
-  const auto expected = train_single(models::Net(), data);
+  const auto whole = on_new_thread([&] {
+    torch::manual_seed(0);
+    return train_single(models::Net(), data);
+  });
+  const auto sliced = on_new_thread([&] {
+    torch::manual_seed(0);
+    return train_accumulated(models::Net(), data, world);
+  });
+  const float slicing = max_difference(sliced, whole);
   const auto got = train_ddp(build<models::Net>(world, [] { return models::Net(); }), data, world,
                              DDPOptions().bucket_cap_mb(0.2));
-  for (int r = 0; r < world; ++r)
-    EXPECT_LT(max_difference(got[size_t(r)], expected), 1e-5) << "rank " << r;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LT(max_difference(got[size_t(r)], sliced), 1e-5) << "rank " << r;
+    EXPECT_LT(max_difference(got[size_t(r)], whole), 1e-5 + 2 * slicing) << "rank " << r;
+  }
 }
 
 TEST(DistributedDataParallel, NetOnTwoRanksEqualsOneProcessOnTheWholeBatch) {

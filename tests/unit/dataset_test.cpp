@@ -11,6 +11,7 @@
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "support/process.h"
+#include "support/parts.h"
 
 namespace ddp::data {
 namespace {
@@ -74,6 +75,7 @@ std::string be32(uint32_t v) {
 }
 
 TEST(Idx, ReadsGzipAndPlainFiles) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {50, 20, 3, 0.5});
   IdxDataset train(dir.path(), Split::kTrain, "MNIST");
@@ -95,6 +97,7 @@ TEST(Idx, ReadsGzipAndPlainFiles) {
 }
 
 TEST(Idx, RejectsBadMagic) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-images-idx3-ubyte.gz",
@@ -105,6 +108,7 @@ TEST(Idx, RejectsBadMagic) {
 }
 
 TEST(Idx, RejectsDimensionsThatDoNotMatchTheData) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-images-idx3-ubyte.gz",
@@ -115,6 +119,7 @@ TEST(Idx, RejectsDimensionsThatDoNotMatchTheData) {
 }
 
 TEST(Idx, ForgedHugeHeaderDoesNotAllocate) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-images-idx3-ubyte.gz",
@@ -125,6 +130,7 @@ TEST(Idx, ForgedHugeHeaderDoesNotAllocate) {
 }
 
 TEST(Idx, RejectsTruncatedGzip) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   std::string gz = test::read_file(dir / "t10k-images-idx3-ubyte.gz");
@@ -136,6 +142,7 @@ TEST(Idx, RejectsTruncatedGzip) {
 }
 
 TEST(Idx, RejectsLabelCountMismatch) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-labels-idx1-ubyte.gz",
@@ -146,6 +153,7 @@ TEST(Idx, RejectsLabelCountMismatch) {
 }
 
 TEST(Idx, RejectsLabelOutOfRange) {
+  DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
   write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
   write(dir / "t10k-labels-idx1-ubyte.gz",
@@ -156,6 +164,7 @@ TEST(Idx, RejectsLabelOutOfRange) {
 }
 
 TEST(Idx, RealFashionMnistIsFoundWhereDebianInstallsIt) {
+  DDP_SKIP_WITHOUT(kGzip);
   const std::string dir = default_data_dir(DatasetKind::kFashionMnist);
   if (!path_exists(dir + "/t10k-images-idx3-ubyte.gz"))
     GTEST_SKIP() << "dataset-fashion-mnist not installed";

@@ -7,6 +7,7 @@
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "support/process.h"
+#include "support/parts.h"
 
 namespace ddp::data {
 namespace {
@@ -20,6 +21,7 @@ std::string make_archive(const test::TempDir& dir) {
 }
 
 TEST(Download, FetchesVerifiesAndUnpacks) {
+  DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   const std::string archive = make_archive(dir);
   DownloadOptions options;
@@ -34,6 +36,7 @@ TEST(Download, FetchesVerifiesAndUnpacks) {
 }
 
 TEST(Download, ChecksumMismatchLeavesNothingBehind) {
+  DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   DownloadOptions options;
   options.url = "file://" + make_archive(dir);  // official MD5 expected: it cannot match
@@ -51,6 +54,7 @@ TEST(Download, ChecksumMismatchLeavesNothingBehind) {
 }
 
 TEST(Download, UnreachableUrlIsAnIoError) {
+  DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   DownloadOptions options;
   options.url = "file:///nonexistent/cifar.tar.gz";
@@ -58,6 +62,7 @@ TEST(Download, UnreachableUrlIsAnIoError) {
 }
 
 TEST(Download, Md5OfKnownBytes) {
+  DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   write_file_atomic(dir / "abc", std::string("abc"));
   EXPECT_EQ(md5_file(dir / "abc"), "900150983cd24fb0d6963f7d28e17f72");

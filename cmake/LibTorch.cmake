@@ -1,0 +1,111 @@
+# Finds LibTorch and adapts the build to it (included by CMakeLists.txt): which LibTorch, the C++
+# standard its headers need, what it lacks and how that is made up for, and which c10d backends
+# it has. Sets DDP_PYTHON, DDP_NEEDS_MPI, DDP_EXTRA_LIBRARIES, DDP_GLOO_INCLUDE_DIR and
+# DDP_TORCH_LINK_OPTIONS.
+
+# By default PyPI's torch in the project's .venv (scripts/setup.sh installs it there);
+# -DTorch_DIR=... or -DCMAKE_PREFIX_PATH=/path/to/libtorch (pytorch.org's zip) win over it, and
+# -DDDP_LIBTORCH_FROM_VENV=OFF leaves it out (Debian's libtorch-dev: setup.sh --libtorch debian).
+set(DDP_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+if(EXISTS ${DDP_VENV_PYTHON})
+  option(DDP_LIBTORCH_FROM_VENV "Look for LibTorch in .venv's torch" ON)
+else()
+  option(DDP_LIBTORCH_FROM_VENV "Look for LibTorch in .venv's torch" OFF)
+endif()
+if(DDP_LIBTORCH_FROM_VENV AND NOT Torch_DIR)
+  execute_process(COMMAND ${DDP_VENV_PYTHON} -c "import torch; print(torch.utils.cmake_prefix_path)"
+                  OUTPUT_VARIABLE _ddp_venv_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE _ddp_venv_result ERROR_QUIET)
+  if(_ddp_venv_result EQUAL 0)
+    list(APPEND CMAKE_PREFIX_PATH ${_ddp_venv_prefix})
+  endif()
+endif()
+# A CUDA build of LibTorch enables CMake's CUDA language, which needs nvcc: the machine's toolkit.
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+find_package(Torch REQUIRED)
+message(STATUS "ddp: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+# Installed programs find LibTorch where they were linked against it (a wheel's or a zip's lib/;
+# CMake leaves out of the install RPATH what lies in the source tree, as .venv does).
+set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+list(APPEND CMAKE_INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib")
+
+# The Python whose torch the tests and benches compare against: .venv's with LibTorch from there,
+# else python3 (Debian's, with python3-torch).
+if(DDP_LIBTORCH_FROM_VENV)
+  set(_ddp_default_python ${DDP_VENV_PYTHON})
+else()
+  find_program(_ddp_default_python NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+endif()
+set(DDP_PYTHON ${_ddp_default_python} CACHE FILEPATH "Python with torch: the reference implementation")
+
+# C++17, or C++20 where LibTorch's headers demand it (PyTorch 2.10 and later refuse anything
+# older in torch/all.h); asked of the headers themselves rather than by version number.
+set(CMAKE_CXX_STANDARD 17)
+find_file(DDP_TORCH_ALL_H torch/csrc/api/include/torch/all.h PATHS ${TORCH_INCLUDE_DIRS}
+          NO_DEFAULT_PATH)
+if(DDP_TORCH_ALL_H)
+  file(STRINGS ${DDP_TORCH_ALL_H} _ddp_cxx20 REGEX "__cplusplus < 202002L")
+  if(_ddp_cxx20)
+    set(CMAKE_CXX_STANDARD 20)
+  endif()
+endif()
+message(STATUS "ddp: C++${CMAKE_CXX_STANDARD}")
+
+# Workaround, PyPI's torch wheels (CUDA builds, 2.11 and 2.14.1 at least): libtorch_cuda.so finds
+# NCCL, cuDNN and the CUDA runtime in the nvidia-* wheels beside torch (through its own RPATH),
+# but the linker looks for them in the CUDA toolkit's folders and finds an older NCCL there
+# (undefined ncclCommGrow and others). Whatever links libddp (ddp_torch_link_options, on the
+# library's interface, for installed copies too) has the linker, and at run time the program,
+# look in the wheels first.
+file(GLOB DDP_WHEEL_CUDA_LIBRARY_DIRS LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
+set(DDP_TORCH_LINK_OPTIONS "")
+if(DDP_WHEEL_CUDA_LIBRARY_DIRS)
+  list(JOIN DDP_WHEEL_CUDA_LIBRARY_DIRS ":" _ddp_wheel_dirs)
+  set(DDP_TORCH_LINK_OPTIONS "LINKER:-rpath-link,${_ddp_wheel_dirs}" "LINKER:-rpath,${_ddp_wheel_dirs}")
+endif()
+
+# Workaround, PyPI's torch wheels (2.11 and 2.14.1 at least): c10d's ProcessGroupGloo.hpp
+# includes Gloo's headers, which the wheel does not ship. Gloo's headers from elsewhere (Debian's
+# libgloo-dev) serve: ddp.cpp names Gloo's types only through shared_ptr and calls LibTorch's
+# functions, so it depends on no Gloo internals; Gloo's library is not linked.
+find_path(DDP_GLOO_INCLUDE_DIR gloo/algorithm.h HINTS ${TORCH_INCLUDE_DIRS}
+          DOC "Gloo's headers, for c10d's ProcessGroupGloo.hpp")
+if(NOT DDP_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "LibTorch at ${Torch_DIR} ships no Gloo headers (gloo/algorithm.h), which "
+                      "c10d's ProcessGroupGloo.hpp includes: install Debian's libgloo-dev "
+                      "(scripts/setup.sh does) or pass -DDDP_GLOO_INCLUDE_DIR=/dir/with/gloo")
+endif()
+
+# A LibTorch built with c10d's MPI backend (Debian 13's 2.6 is) declares USE_C10D_MPI, and its
+# ProcessGroupMPI.hpp includes <mpi.h>: then MPI's headers are needed (Debian: mpi-default-dev).
+set(DDP_EXTRA_LIBRARIES "")
+set(DDP_NEEDS_MPI OFF)
+if(TARGET torch_cpu)
+  get_target_property(_ddp_torch_definitions torch_cpu INTERFACE_COMPILE_DEFINITIONS)
+  if("USE_C10D_MPI" IN_LIST _ddp_torch_definitions)
+    find_package(MPI COMPONENTS CXX)
+    if(NOT MPI_CXX_FOUND)
+      message(FATAL_ERROR "LibTorch was built with the MPI backend, so MPI's headers are needed: "
+                          "install mpi-default-dev (scripts/setup.sh does)")
+    endif()
+    list(APPEND DDP_EXTRA_LIBRARIES MPI::MPI_CXX)
+    set(DDP_NEEDS_MPI ON)
+    message(STATUS "ddp: LibTorch has c10d's MPI backend (--backend mpi)")
+  endif()
+endif()
+
+# A CUDA build of LibTorch (an official CUDA download, or the torch Python package's) has the
+# torch_cuda target, which declares USE_C10D_NCCL to whatever links it: then the NCCL code paths
+# (src/torch_compat.h, src/process_group.cpp) are compiled, and --device cuda / --backend nccl work.
+if(TARGET torch_cuda)
+  get_target_property(_ddp_cuda_definitions torch_cuda INTERFACE_COMPILE_DEFINITIONS)
+  if("USE_C10D_NCCL" IN_LIST _ddp_cuda_definitions)
+    message(STATUS "ddp: LibTorch has CUDA and c10d's NCCL backend (--device cuda, --backend nccl)")
+  else()
+    message(STATUS "ddp: LibTorch has CUDA but not c10d's NCCL backend (--device cuda with gloo)")
+  endif()
+else()
+  message(STATUS "ddp: LibTorch is CPU-only (gloo)")
+endif()

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Proves the README on a machine that has nothing installed: makes a new minimal Debian root with
+# debootstrap, copies the working tree into it, and runs there the README's setup command
+# (scripts/setup.sh), its quick start and its test command (scripts/test.sh). The root is
+# deleted afterwards, so no installed state carries over from one run to the next; only
+# downloads are cached (Debian's archives and pip's wheels, under $DDP_CACHE). CI runs this.
+#
+# usage: scripts/fresh-root.sh [--suite bookworm|trixie] [--libtorch wheel|debian] [--keep]
+#                              [ctest arguments, e.g. -R Sampler]
+#   --suite     the Debian release of the root (default bookworm, Debian 12)
+#   --libtorch  passed to scripts/setup.sh: PyPI's torch (default) or Debian's libtorch-dev
+#   --keep      leave the root in place afterwards (its path is printed)
+#   DDP_CACHE=dir            downloads kept between runs (default /var/cache/ddp.cpp)
+#   DDP_DEBIAN_MIRROR=url    the Debian mirror (default http://deb.debian.org/debian)
+# Needs root (debootstrap, chroot, mounts). The machine's CUDA toolkit (/usr/local/cuda), which
+# the project's machines have, is mounted read-only into the root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+suite=bookworm
+libtorch=wheel
+keep=0
+while (($#)); do
+  case $1 in
+    --suite) suite=${2:?--suite needs bookworm or trixie}; shift 2 ;;
+    --libtorch) libtorch=${2:?--libtorch needs wheel or debian}; shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) break ;;
+  esac
+done
+[[ $suite == bookworm || $suite == trixie ]] || { echo "fresh-root: unknown --suite $suite" >&2; exit 2; }
+if [[ $(id -u) -ne 0 ]]; then
+  echo "fresh-root: needs root (debootstrap, chroot, mounts); run it with sudo" >&2
+  exit 2
+fi
+cache=${DDP_CACHE:-/var/cache/ddp.cpp}
+mirror=${DDP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+log() { echo "fresh-root: $(date +%T) $*"; }
+
+command -v debootstrap >/dev/null ||
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
+
+root=$(mktemp -d "/var/tmp/ddp-fresh-$suite.XXXXXX")
+mounts=()
+cleanup() {
+  local m
+  for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null || true; done
+  for m in "${mounts[@]}"; do
+    if mountpoint -q "$m"; then  # never delete through a mount that is still there (the caches)
+      log "$m is still mounted: the root is left in $root"
+      return
+    fi
+  done
+  if ((keep)); then
+    log "the root is kept in $root"
+  else
+    rm -rf --one-file-system "$root"
+  fi
+}
+trap cleanup EXIT
+# bind HOST_DIR PATH_IN_ROOT [ro]
+bind() {
+  mkdir -p "$root/$2"
+  mount --bind "$1" "$root/$2"
+  mounts=("$root/$2" "${mounts[@]}")
+  [[ ${3:-} == ro ]] && mount -o remount,bind,ro "$root/$2"
+  return 0
+}
+
+# 1. A minimal Debian root, with the packages debootstrap fetched kept for the next run.
+log "debootstrap $suite into $root"
+mkdir -p "$cache/debootstrap-$suite" "$cache/apt-$suite" "$cache/pip"
+debootstrap --variant=minbase --cache-dir="$cache/debootstrap-$suite" "$suite" "$root" "$mirror" \
+  >"$root.debootstrap.log" 2>&1 || { cat "$root.debootstrap.log"; rm -f "$root.debootstrap.log"; exit 1; }
+rm -f "$root.debootstrap.log"
+echo "deb $mirror $suite main" >"$root/etc/apt/sources.list"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+# 2. What the tests need from the host: /proc (child processes), /dev (null, urandom, shm, pts),
+#    /sys and a mount point at / (ip netns exec remounts / as a slave); the CUDA toolkit; and the
+#    download caches: apt's archives and pip's.
+mount --bind "$root" "$root"
+mounts=("$root")
+bind /proc proc
+bind /dev dev
+bind /dev/pts dev/pts
+bind /dev/shm dev/shm
+bind /sys sys
+[[ -d /usr/local/cuda/ ]] && bind "$(readlink -f /usr/local/cuda)" usr/local/cuda ro
+bind "$cache/apt-$suite" var/cache/apt/archives
+bind "$cache/pip" root/.cache/pip
+
+# 3. The working tree as git sees it (tracked, and untracked but not ignored): no .venv, no build.
+mkdir -p "$root/src/ddp.cpp"
+git -C "$repo" ls-files -z --cached --others --exclude-standard |
+  tar -C "$repo" --null -T - -cf - | tar -C "$root/src/ddp.cpp" -xf -
+
+# 4. The README's commands, as a new user runs them.
+in_root() {
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /src/ddp.cpp && $1"
+}
+log "scripts/setup.sh --libtorch $libtorch"
+in_root "scripts/setup.sh --libtorch $libtorch"
+log "quick start: build/ddp-train --dataset fashion-mnist --epochs 1"
+in_root "build/ddp-train --dataset fashion-mnist --epochs 1"
+log "scripts/test.sh $*"
+in_root "scripts/test.sh $(printf '%q ' "$@")"
+log "passed: setup, quick start and tests in a fresh Debian $suite root ($(in_root 'build/ddp-train --version | head -1'))"
