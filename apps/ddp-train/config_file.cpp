@@ -16,9 +16,10 @@ namespace ddp::train {
 
 #if !defined(DDP_HAVE_TOML)
 
-std::vector<std::string> flags_from_config_file(const std::string& path,
-                                                const std::function<FlagArity(const std::string&)>&) {
-  throw InvalidArgument(concat("--config ", path, ": this ddp-train was built without TOML "
+std::vector<std::string> flags_from_config_file(
+    const std::string& path, const std::function<FlagArity(const std::string&)>&) {
+  throw InvalidArgument(concat("--config ", path,
+                               ": this ddp-train was built without TOML "
                                "support (DDP_WITH_TOML=OFF; Debian: libtomlplusplus-dev); give "
                                "the flags on the command line"));
 }
@@ -58,7 +59,7 @@ std::vector<std::string> flags_from_config_file(
                                  e.description(), " (TOML: key = value per line)"));
   }
   // Keys by line, so a mistake is reported in the file's order and the flags keep it too.
-  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  std::vector<std::pair<const toml::key*, const toml::node*> > entries;
   for (auto&& [key, node] : table) entries.emplace_back(&key, &node);
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return a.first->source().begin.line < b.first->source().begin.line;

@@ -91,7 +91,8 @@ void plot(const std::vector<EpochPoint>& points, const std::string& out) {
 
 #else
 void plot(const std::vector<EpochPoint>&, const std::string& out) {
-  throw InvalidArgument(concat("plot: cannot draw ", out, ": this ddp-train was built without "
+  throw InvalidArgument(concat("plot: cannot draw ", out,
+                               ": this ddp-train was built without "
                                "PLplot (DDP_WITH_PLOT=OFF; Debian: libplplot-dev, "
                                "plplot-driver-cairo)"));
 }

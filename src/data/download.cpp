@@ -42,7 +42,8 @@ std::string md5_file(const std::string& path) {
 
 void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   if (cifar_complete(dir + "/cifar-10-batches-bin")) return;
-  throw InvalidArgument(concat("cannot download ", options.url, ": this build has no libcurl, "
+  throw InvalidArgument(concat("cannot download ", options.url,
+                               ": this build has no libcurl, "
                                "libarchive and OpenSSL (DDP_WITH_DOWNLOAD=OFF); fetch the archive "
                                "yourself and unpack it into ",
                                dir, ", or rebuild with them"));

@@ -56,8 +56,9 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
   }
   if (std::ferror(file.get())) throw IoError(concat("cannot read ", path));
   if (out.size() >= 2 && out[0] == 0x1f && out[1] == 0x8b) {
-    throw DataError(concat(path, " is gzip-compressed, and this build has no zlib "
-                                 "(DDP_WITH_GZIP=OFF): gunzip it, or rebuild with zlib"));
+    throw DataError(concat(path,
+                           " is gzip-compressed, and this build has no zlib "
+                           "(DDP_WITH_GZIP=OFF): gunzip it, or rebuild with zlib"));
   }
   return out;
 }

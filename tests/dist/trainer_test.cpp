@@ -14,9 +14,9 @@
 
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
+#include "support/parts.h"
 #include "support/process.h"
 #include "tensorboard.h"
-#include "support/parts.h"
 
 namespace ddp {
 namespace {

@@ -41,7 +41,7 @@ inline constexpr bool kOnednn = false;
 
 }  // namespace ddp::test::parts
 
-#define DDP_SKIP_WITHOUT(part)                                                    \
-  if (!::ddp::test::parts::part) {                                                \
+#define DDP_SKIP_WITHOUT(part)                                                 \
+  if (!::ddp::test::parts::part) {                                             \
     GTEST_SKIP() << "this build has no " #part " (cmake/OptionalParts.cmake)"; \
   }

@@ -10,8 +10,8 @@
 #include "ddp/data/idx.h"
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
-#include "support/process.h"
 #include "support/parts.h"
+#include "support/process.h"
 
 namespace ddp::data {
 namespace {

@@ -6,8 +6,8 @@
 #include "ddp/data/download.h"
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
-#include "support/process.h"
 #include "support/parts.h"
+#include "support/process.h"
 
 namespace ddp::data {
 namespace {
