@@ -6,6 +6,7 @@
 # usage: bench/allreduce.sh [RATE in mbit or gbit (1gbit)] [loopback ranks (2)]   (root for netns)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/common.sh
 rate=${1:-1gbit}
 nproc=${2:-2}
 case $rate in
@@ -17,7 +18,7 @@ unprefix() { sed 's/^\[rank 0\] //'; }
 
 echo "## loopback, $nproc ranks"
 echo
-build/ddprun --nproc-per-node "$nproc" --rank0-only -- build/bench-allreduce | unprefix
+"$build/ddprun" --nproc-per-node "$nproc" --rank0-only -- "$build/bench-allreduce" | unprefix
 
 source scripts/lib/netns.sh
 if ! netns_pair_available; then
@@ -30,7 +31,7 @@ netns_pair_up "$rate"
 
 # Runs PROGRAM ARGS... as one worker on each "host"; rank 0's output goes to $tmp/a.log.
 two_hosts() {
-  if ! netns_run_two_nodes 900 build/ddprun "$tmp/a.log" "$tmp/b.log" --master-port 29561 \
+  if ! netns_run_two_nodes 900 "$build/ddprun" "$tmp/a.log" "$tmp/b.log" --master-port 29561 \
     --nproc-per-node 1 --rank0-only -- "$@"; then
     cat "$tmp/a.log" "$tmp/b.log" >&2
     echo "bench/allreduce.sh: a host failed (exit $netns_rc_a, $netns_rc_b)" >&2
@@ -41,7 +42,7 @@ two_hosts() {
 echo
 echo "## two namespaces over a veth pair shaped to $rate (tbf), 1 rank each"
 echo
-two_hosts build/bench-allreduce
+two_hosts "$build/bench-allreduce"
 unprefix <"$tmp/a.log" | tee "$tmp/table.md"
 awk -F'|' -v bits="$rate_bits" '
   $2 ~ /MiB/ && ($2 + 0) >= 16 { printf "\nbusbw at %s: %.2f Gbit/s = %.1f%% of the shaped rate\n", $2, $6, 100 * $6 * 1e9 / bits }
@@ -50,10 +51,10 @@ awk -F'|' -v bits="$rate_bits" '
 echo
 echo "## a DDP step over the same link (ddp-train, Net, batch 64 per rank, 100 steps)"
 echo
-build/ddp-train make-data --out "$tmp/data" --train 12800 --test 100 >/dev/null
-two_hosts build/ddp-train --data-dir "$tmp/data" --epochs 1 --max-steps 100 --no-eval --threads 1 \
+"$build/ddp-train" make-data --out "$tmp/data" --train 12800 --test 100 >/dev/null
+two_hosts "$build/ddp-train" --data-dir "$tmp/data" --epochs 1 --max-steps 100 --no-eval --threads 1 \
   --metrics "$tmp/metrics.jsonl" --log-every 1000000
-/usr/bin/python3 - "$tmp/metrics.jsonl" "$rate_bits" <<'PY'
+"$python" - "$tmp/metrics.jsonl" "$rate_bits" <<'PY'
 import json, sys
 epoch = [r for r in map(json.loads, open(sys.argv[1])) if "train_images" in r][-1]
 rate_bytes = float(sys.argv[2]) / 8

@@ -32,7 +32,7 @@ echo
 echo "| Fashion-MNIST, $epochs epochs, 4 workers | test accuracy | images/s |"
 echo "|---|---|---|"
 for precision in fp32 bf16; do
-  build/ddp-train --nproc-per-node 4 --dataset fashion-mnist --epochs "$epochs" \
+  "$build/ddp-train" --nproc-per-node 4 --dataset fashion-mnist --epochs "$epochs" \
     --precision "$precision" --log-every 1000000 --metrics "$out/$precision.jsonl" >/dev/null
   awk -v p="$precision" -v a="$(last_metric "$out/$precision.jsonl" test_acc)" \
     -v s="$(last_metric "$out/$precision.jsonl" images_per_second)" \

@@ -1,10 +1,21 @@
-# Shared by the bench scripts (sourced): the full-size synthetic data set and a median.
-bench_data=build/bench-data
+# Shared by the bench scripts (sourced): the build, the reference Python, the full-size synthetic
+# data set, a median.
+build=${DDP_BUILD:-build}  # the build folder whose programs are measured
+bench_data=$build/bench-data
+
+# The Python with torch that the build compares against (its CMake cache says which: .venv's by
+# default, Debian's python3 with --libtorch debian); DDP_PYTHON overrides it.
+reference_python() {
+  local cached
+  cached=$(sed -n 's/^DDP_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)
+  echo "${DDP_PYTHON:-${cached:-python3}}"
+}
+python=$(reference_python)
 
 # Writes 50,000 + 10,000 CIFAR-format images to $bench_data once.
 ensure_bench_data() {
   [[ -f $bench_data/cifar-10-batches-bin/test_batch.bin ]] ||
-    build/ddp-train make-data --out "$bench_data" --train 50000 --test 10000 >/dev/null
+    "$build/ddp-train" make-data --out "$bench_data" --train 50000 --test 10000 >/dev/null
 }
 
 # The median of its arguments.
@@ -16,12 +27,12 @@ median() {
 last_metric() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1" | tail -1; }
 
 # A free TCP port on loopback.
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # images/s of the Python reference (bench/reference_ddp.py): 4 workers x 1 thread, STEPS steps
 # of 64 images per worker on $bench_data.
 reference_images_per_second() {
-  /usr/bin/python3 bench/reference_ddp.py --data-dir "$bench_data" --world-size 4 --threads 1 \
+  "$python" bench/reference_ddp.py --data-dir "$bench_data" --world-size 4 --threads 1 \
     --epochs 1 --max-steps "$1" --no-eval --port "$(free_port)" 2>/dev/null |
     sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p'
 }
@@ -31,6 +42,6 @@ reference_images_per_second() {
 ddp_train_images_per_second() {
   local steps=$1
   shift
-  build/ddp-train --nproc-per-node 4 --data-dir "$bench_data" --epochs 1 --max-steps "$steps" \
+  "$build/ddp-train" --nproc-per-node 4 --data-dir "$bench_data" --epochs 1 --max-steps "$steps" \
     --no-eval --log-every 1000000 "$@" | sed -n 's/.*epoch 1\/1 .* \([0-9.]*\) img\/s.*/\1/p'
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ddp-train against the Python reference (bench/reference_ddp.py on Debian's python3-torch), same
-# settings and data: 4 workers, batch 64 per worker, full-size synthetic CIFAR-format data
+# ddp-train against the Python reference (bench/reference_ddp.py on the build's reference
+# Python: .venv's torch by default), same settings and data: 4 workers, batch 64 per worker, full-size synthetic CIFAR-format data
 # (50,000 images), in turns A B A B ..., each pair followed by the machine's fp32 ceiling
 # (bench-ceiling) and ddp-train's fraction of it then: this VM's speed drifts by tens of percent
 # over minutes, so a ceiling measured once, minutes away from a run, says little about it. The
@@ -21,7 +21,7 @@ for ((i = 1; i <= pairs; i++)); do
   a=$(reference_images_per_second "$steps")
   b=$(ddp_train_images_per_second "$steps")
   r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')
-  c=$(build/bench-ceiling --images-per-second "$b" | sed -n 's/.* = \([0-9.]*\)% of the ceiling.*/\1/p')
+  c=$("$build/bench-ceiling" --images-per-second "$b" | sed -n 's/.* = \([0-9.]*\)% of the ceiling.*/\1/p')
   ratios+=("$r")
   ours+=("$b")
   fractions+=("$c")
@@ -32,4 +32,4 @@ echo
 echo "median ratio ddp-train / reference: $median ($pairs pairs, $steps steps of 4 x 64 images each)"
 echo "median fraction of the ceiling measured right after each pair: $(median "${fractions[@]}")%"
 echo
-build/bench-ceiling --images-per-second "$(median "${ours[@]}")"
+"$build/bench-ceiling" --images-per-second "$(median "${ours[@]}")"

@@ -33,7 +33,7 @@ run() {
   local name=$1 turn=$2
   shift 2
   rm -f "$out/$name.jsonl"
-  build/ddp-train --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
+  "$build/ddp-train" --nproc-per-node 2 --threads 1 --data-dir "$data" --epochs 1 --max-steps "$steps" \
     --no-eval --log-every 1000000 --metrics "$out/$name.jsonl" --step-trace "$out/$name.$turn" \
     "$@" >/dev/null
 }
@@ -56,7 +56,7 @@ print(ddp / baseline)' "$out/ddp.$1" "$out/baseline.$1"
 # see README, Performance), the same for both runs: that mode is malloc's, not DDP's.
 reference_seconds() {
   GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=134217728 \
-    /usr/bin/python3 bench/reference_ddp.py --data-dir "$data" --world-size 2 --threads 1 \
+    "$python" bench/reference_ddp.py --data-dir "$data" --world-size 2 --threads 1 \
     --epochs 1 --max-steps "$steps" --no-eval --port "$(free_port)" "$@" 2>/dev/null |
     sed -n 's/.* images\/s, \([0-9.]*\) s,.*/\1/p'
 }

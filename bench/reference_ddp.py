@@ -4,7 +4,10 @@ SGD(lr=0.001, momentum=0.9), batch 64 per rank. Prints training images/s and tes
 
 usage: reference_ddp.py [--dataset cifar10|fashion-mnist] [--data-dir DIR] [--world-size 4]
                         [--epochs 1] [--max-steps N] [--threads T] [--port P] [--no-eval]
-                        [--no-sync]
+                        [--no-sync] [--device cpu|cuda] [--batch-size 64] [--precision fp32|bf16]
+
+--device cuda puts rank r on GPU r (r modulo the GPUs visible) with the NCCL backend, as the
+tutorial does; --precision bf16 runs the forward pass under torch.autocast.
 
 --no-sync trains the same processes without DDP (no gradient communication), for measuring
 PyTorch's own DDP overhead the way bench/ddp_overhead.sh measures ddp-train's. The seconds printed
@@ -65,40 +68,52 @@ class ImageSet(Dataset):
 
 def worker(rank, args):
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
                             world_size=args.world_size)
     load = load_cifar if args.dataset == "cifar10" else load_idx
     train = ImageSet(*load(args.data_dir, True))
     test = ImageSet(*load(args.data_dir, False))
     torch.manual_seed(0)
     channels, side = (3, 32) if args.dataset == "cifar10" else (1, 28)
-    model = Net(channels, side) if args.no_sync else DDP(Net(channels, side))
-    net = model if args.no_sync else model.module
+    net = Net(channels, side).to(device)
+    model = net if args.no_sync else DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     sampler = DistributedSampler(train)
-    loader = DataLoader(train, batch_size=64, sampler=sampler)
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         start, images = time.perf_counter(), 0
         for step, (x, y) in enumerate(loader):
             if args.max_steps and step >= args.max_steps:
                 break
+            x, y = x.to(device), y.to(device)
             opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            with autocast:
+                logits = model(x)
+            F.cross_entropy(logits.float(), y).backward()
             opt.step()
             images += len(y)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         # The job's epoch ends with its slowest rank's (as ddp-train reports it).
-        seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
         seconds = seconds.item()
-        total = torch.tensor([images], dtype=torch.float64)
+        total = torch.tensor([images], dtype=torch.float64, device=device)
         dist.all_reduce(total)
-        correct = torch.zeros(2, dtype=torch.float64)
+        correct = torch.zeros(2, dtype=torch.float64, device=device)
         if not args.no_eval:
             n = len(test)
             idx = range(n * rank // args.world_size, n * (rank + 1) // args.world_size)
             with torch.no_grad():
                 for b in DataLoader(torch.utils.data.Subset(test, list(idx)), batch_size=256):
+                    b = [t.to(device) for t in b]
                     correct[0] += (net(b[0]).argmax(1) == b[1]).sum()
                     correct[1] += len(b[1])
             dist.all_reduce(correct)
@@ -125,6 +140,9 @@ def main():
     p.add_argument("--port", type=int, default=23456)
     p.add_argument("--no-eval", action="store_true")
     p.add_argument("--no-sync", action="store_true", help="no DDP: the ranks train without communicating")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     args = p.parse_args()
     if args.world_size == 1:
         worker(0, args)

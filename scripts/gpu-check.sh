@@ -1,88 +1,124 @@
 #!/usr/bin/env bash
-# The GPU/NCCL path, on a machine with an NVIDIA GPU and a CUDA build of LibTorch: builds
-# ddp.cpp against that LibTorch (build-gpu/), runs the GPU tests and then the whole suite, and a
-# short training run per configuration (CPU, one GPU, and NCCL over every GPU when there are 2+),
-# printing images/s for each. Debian 12's LibTorch has no CUDA, so this does not run in CI.
+# The GPU path in one call, on a machine with an NVIDIA GPU and a CUDA build of PyTorch (python3's
+# torch), nothing else from Debian needed: builds ddp.cpp against that LibTorch with every
+# optional part off (GoogleTest and Gloo's headers from .device/, which scripts/device-deps.sh
+# fills, where the machine has none), then
+#   1. the Gpu.* tests (an NCCL world of one: every NCCL call, DDP's buckets on the GPU); they
+#      must run, not skip;
+#   2. DDP on CUDA tensors across 2 processes that share GPU 0, through Gloo (NCCL refuses two
+#      ranks on one GPU): both ranks must end with the same weights;
+#   3. a checkpoint written on the GPU that resumes on the CPU;
+#   4. the speed table: ddp-train against PyTorch running the reference program on the same GPU
+#      (bench/gpu_compare.sh), batch 64 and 512, fp32 and bf16.
+# Everything it prints also goes to $OUT (the device tool's folder; else $build/out): the log,
+# and the speed table alone in gpu-speed.md.
 #
-# usage: scripts/gpu-check.sh [STEPS (200)]
-#   LIBTORCH=/path    a CUDA LibTorch (default: the torch Python package's own,
-#                     python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-#   DDP_GPU_BUILD=dir the build directory (default build-gpu)
-# Needs CMake, Ninja, a C++17 compiler and the development files of GoogleTest, zlib, libcurl,
-# libarchive and OpenSSL (scripts/setup.sh installs them on Debian). Exits 77 without a GPU.
-set -euo pipefail
+# usage: scripts/gpu-check.sh [--rehearse]
+#   --rehearse      on a machine without a GPU: the same build and steps 2-3 on the CPU, a
+#                   short step 4 on the CPU, step 1 allowed to skip; for finding build errors
+#                   before device time is spent
+#   LIBTORCH=/path  a LibTorch (default: python3's torch, torch.utils.cmake_prefix_path)
+#   PYTHON=/path    the Python with torch (default python3)
+#   DDP_GPU_BUILD   the build folder (default build-gpu)
+set -uo pipefail
 cd "$(dirname "$0")/.."
-steps=${1:-200}
+rehearse=0
+[[ ${1:-} == --rehearse ]] && rehearse=1
 build=${DDP_GPU_BUILD:-build-gpu}
+python=${PYTHON:-python3}
+out=${OUT:-$build/out}
+mkdir -p "$out" "$build"
+exec > >(tee "$out/gpu-check.log") 2>&1
 
-say() { echo "gpu-check: $*"; }
+say() { echo "gpu-check: $(date +%T) $*"; }
+failures=()
 fail() {
-  echo "gpu-check: $*" >&2
-  exit 1
+  say "FAILED: $*"
+  failures+=("$*")
+}
+finish() {
+  if ((${#failures[@]})); then
+    say "${#failures[@]} check(s) failed:"
+    printf '  - %s\n' "${failures[@]}"
+    exit 1
+  fi
+  say "every check passed"
+  exit 0
 }
 
+# 0. The machine.
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -eq 0 ]]; then
-  echo "gpu-check: no GPU is visible (nvidia-smi -L lists none); run this on a GPU machine" >&2
+if ((gpus == 0 && !rehearse)); then
+  say "no GPU is visible (nvidia-smi -L lists none); run this on a GPU machine, or --rehearse"
   exit 77
 fi
-python=$(command -v python3 || true)
-if [[ -z ${LIBTORCH:-} ]]; then
-  [[ -n $python ]] || fail "no python3 to ask for torch's LibTorch; set LIBTORCH=/path/to/libtorch"
-  LIBTORCH=$("$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"
-print(torch.utils.cmake_prefix_path)') ||
-    fail "python3's torch has no usable CUDA; set LIBTORCH to a CUDA LibTorch"
-fi
-say "$gpus GPU(s); LibTorch from $LIBTORCH"
+nvidia-smi -L 2>/dev/null
+say "$gpus GPU(s); $(nproc) cores; $(cmake --version | head -1); $(${CXX:-c++} --version | head -1)"
+command -v nvcc >/dev/null && say "nvcc: $(nvcc --version | tail -1)"
+LIBTORCH=${LIBTORCH:-$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')} ||
+  { say "python3 has no torch; set LIBTORCH and PYTHON"; exit 1; }
+say "PyTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)'); LibTorch from $LIBTORCH"
 
-# 1. Build. The configure step must find CUDA and NCCL in that LibTorch, or nothing below tests them.
-cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$LIBTORCH")
-# The Python reference the tests compare against: this machine's python3 with its torch.
-[[ -n $python ]] && cmake_args+=(-DDDP_PYTHON="$python")
-mkdir -p "$build"
-cmake "${cmake_args[@]}" | tee "$build/configure.log"
+# 1. Build: nothing but LibTorch and GoogleTest.
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$LIBTORCH"
+  -DDDP_LIBTORCH_FROM_VENV=OFF -DDDP_PYTHON="$(command -v "$python")")
+for part in GZIP DOWNLOAD TOML TENSORBOARD PLOT ONEDNN; do cmake_args+=(-DDDP_WITH_$part=OFF); done
+[[ -f .device/googletest/CMakeLists.txt ]] && cmake_args+=(-DDDP_GTEST_SOURCE_DIR="$PWD/.device/googletest")
+[[ -f .device/include/gloo/algorithm.h ]] && cmake_args+=(-DDDP_GLOO_INCLUDE_DIR="$PWD/.device/include")
+say "configure: cmake ${cmake_args[*]}"
+cmake "${cmake_args[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; fail "configure"; finish; }
+grep "ddp:" "$build/configure.log"
 grep -q "LibTorch has CUDA and c10d's NCCL backend" "$build/configure.log" ||
-  fail "LibTorch at $LIBTORCH has no CUDA/NCCL (see $build/configure.log)"
-cmake --build "$build"
-
-# 2. Tests: the GPU ones first (they must run, not skip), then everything.
-gpu_log=$(mktemp)
-ctest --test-dir "$build" -R '^Gpu\.' --output-on-failure | tee "$gpu_log"
-if grep -q 'Skipped' "$gpu_log"; then fail "GPU tests were skipped although a GPU is visible"; fi
-suite=passed
-ctest --test-dir "$build" -j "$(nproc)" --output-on-failure --timeout 600 || suite=FAILED
-say "whole suite: $suite"
-
-# 3. Short training runs on a synthetic CIFAR-format set, images/s from the metrics.
-data=$(mktemp -d)
-trap 'rm -rf "$data" "$gpu_log"' EXIT
-"$build/ddp-train" make-data --out "$data/set" --format cifar10 >/dev/null
-run() {  # NAME FLAGS...
-  local name=$1
-  shift
-  local metrics="$data/$RANDOM.jsonl"
-  if "$build/ddp-train" --data-dir "$data/set" --epochs 1 --max-steps "$steps" --no-eval \
-    --log-every 1000000 --metrics "$metrics" "$@" >"$metrics.log" 2>&1; then
-    printf '| %s | %s | %s |\n' "$name" "$*" \
-      "$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$metrics" | tail -1 |
-        awk '{ printf "%.0f", $1 }')"
-  else
-    printf '| %s | %s | failed: %s |\n' "$name" "$*" "$(tail -1 "$metrics.log")"
-    suite=FAILED
-  fi
-}
-echo
-echo "| configuration | flags | images/s |"
-echo "|---|---|---|"
-run "CPU, one process" --device cpu
-run "one GPU" --device cuda --batch-size 256 --channels-last
-run "one GPU, reference batch" --device cuda
-if ((gpus >= 2)); then
-  run "$gpus GPUs, NCCL" --nproc-per-node "$gpus" --device cuda --batch-size 256 --channels-last
-  run "$gpus GPUs, NCCL, fp16 hook" --nproc-per-node "$gpus" --device cuda --batch-size 256 \
-    --channels-last --comm-hook fp16
-else
-  say "one GPU: NCCL ran in the Gpu.* tests (a world of one); the NCCL training run needs 2+ GPUs"
+  fail "CMake found no CUDA/NCCL in that LibTorch (see $build/configure.log)"
+say "build"
+if ! cmake --build "$build" -j "$(nproc)" --target ddp-train ddprun example-minimal unit_tests \
+  dist_tests >"$build/build.log" 2>&1; then
+  grep -B2 -A12 "error" "$build/build.log" | head -80
+  fail "build"
+  finish
 fi
-echo "(ddp-train, $steps steps of one epoch, synthetic 32x32x3 data)"
-[[ $suite == passed ]] || exit 1
+grep "warning:" "$build/build.log" | sort -u | head -20
+"$build/ddp-train" --version
+
+# 2. The GPU tests.
+say "the Gpu.* tests"
+ctest --test-dir "$build" -R '^Gpu\.' --output-on-failure --timeout 300 | tee "$build/gpu-tests.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "Gpu.* tests"
+if grep -q "Skipped" "$build/gpu-tests.log" && ((!rehearse)); then
+  fail "Gpu.* tests were skipped although a GPU is visible"
+fi
+
+# 3. DDP on CUDA tensors, 2 processes on GPU 0 through Gloo; and a GPU checkpoint resumed on the CPU.
+device=cuda:0
+((rehearse)) && device=cpu
+data=$build/check-data
+"$build/ddp-train" make-data --out "$data" --train 2000 --test 400 >/dev/null
+say "2 processes, --device $device --backend gloo"
+"$build/ddp-train" --nproc-per-node 2 --device "$device" --backend gloo --data-dir "$data" \
+  --epochs 1 --max-steps 20 --timeout 120 | tee "$build/gloo.log"
+if [[ ${PIPESTATUS[0]} -ne 0 ]]; then
+  fail "2 processes on $device through Gloo"
+elif [[ $(grep -o 'final weights fingerprint [0-9a-f]*' "$build/gloo.log" | sort -u | wc -l) -ne 1 ]]; then
+  fail "the 2 ranks on $device ended with different weights"
+fi
+checkpoints=$build/check-checkpoints
+rm -rf "$checkpoints"
+say "a checkpoint written on $device, resumed on the CPU"
+"$build/ddp-train" --device "${device%:*}" --data-dir "$data" --epochs 1 --max-steps 10 --no-eval \
+  --checkpoint-dir "$checkpoints" >"$build/ckpt-gpu.log" 2>&1 ||
+  { cat "$build/ckpt-gpu.log"; fail "training on $device with --checkpoint-dir"; }
+"$build/ddp-train" --device cpu --data-dir "$data" --epochs 2 --max-steps 10 --no-eval \
+  --checkpoint-dir "$checkpoints" --resume auto | tee "$build/ckpt-cpu.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] && grep -qi "resum" "$build/ckpt-cpu.log" ||
+  fail "resuming on the CPU from the $device checkpoint"
+
+# 4. Speed against PyTorch on the same GPU.
+say "speed: bench/gpu_compare.sh"
+if ((rehearse)); then
+  DDP_BUILD=$build GPU_COMPARE_DEVICE=cpu bench/gpu_compare.sh 1 1 3 | tee "$out/gpu-speed.md"
+else
+  DDP_BUILD=$build bench/gpu_compare.sh 1 2 | tee "$out/gpu-speed.md"
+fi
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail "bench/gpu_compare.sh"
+grep -q "failed:" "$out/gpu-speed.md" && fail "a speed run failed (see the table)"
+finish

@@ -176,9 +176,12 @@ const std::vector<Flag>& flags() {
        [](O& o, const std::string&) { o.evaluate = false; }},
       {"--device", "NAME",
        "auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; cuda "
-       "(each worker on GPU LOCAL_RANK of its node)",
+       "(each worker on GPU LOCAL_RANK of its node); cuda:N (every worker on GPU N: workers "
+       "sharing a GPU need --backend gloo, NCCL refuses them)",
        [](O& o, const std::string& v) {
-         o.device = one_of("--device", "device", v, {"auto", "cpu", "cuda"});
+         const bool gpu_index = v.size() > 5 && v.rfind("cuda:", 0) == 0 &&
+                                v.find_first_not_of("0123456789", 5) == std::string::npos;
+         o.device = gpu_index ? v : one_of("--device", "device", v, {"auto", "cpu", "cuda"});
        }},
       {"--precision", "fp32|bf16",
        "the forward pass and evaluation: fp32 (default), or bf16 under autocast (convolutions "

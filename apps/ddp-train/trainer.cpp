@@ -247,7 +247,7 @@ bool gradients_finite(torch::nn::Module& model) {
 }
 
 // The device this rank trains on. auto: this node's GPU LOCAL_RANK when LibTorch has CUDA and
-// a GPU is visible, else the CPU.
+// a GPU is visible, else the CPU; cuda:N: GPU N whatever the rank.
 torch::Device training_device(const TrainOptions& o, const WorldInfo& world) {
   if (o.device == "cpu" || (o.device == "auto" && !torch::cuda::is_available())) {
     return torch::kCPU;
@@ -258,6 +258,14 @@ torch::Device training_device(const TrainOptions& o, const WorldInfo& world) {
         "GPU is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu");
   }
   const int gpus = int(torch::cuda::device_count());
+  if (o.device.rfind("cuda:", 0) == 0) {
+    const int index = std::stoi(o.device.substr(5));
+    if (index >= gpus) {
+      throw InvalidArgument(concat("--device ", o.device, ": this node has ", gpus,
+                                   " GPU(s) visible, cuda:0 to cuda:", gpus - 1));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
   if (world.local_rank >= gpus) {
     throw InvalidArgument(concat("--device cuda: local rank ", world.local_rank,
                                  " needs GPU cuda:", world.local_rank, ", but this node has ", gpus,
@@ -345,7 +353,10 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
     std::printf(
         "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
         "(%s)\n",
-        world.world_size, world.source.c_str(), s.device.is_cuda() ? "cuda:LOCAL_RANK" : "cpu",
+        world.world_size, world.source.c_str(),
+        o.device.rfind("cuda:", 0) == 0 ? o.device.c_str()
+        : s.device.is_cuda()            ? "cuda:LOCAL_RANK"
+                                        : "cpu",
         world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
     std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
   }
