@@ -31,7 +31,12 @@ ours() {  # BATCH PRECISION
   "$build/ddp-train" --data-dir "$bench_data" --device "$device" --batch-size "$1" \
     --precision "$2" --epochs "$epochs" "${limit[@]}" --no-eval --log-every 1000000 \
     --metrics "$tmp/m.jsonl" >/dev/null 2>"$tmp/err"
-  last_metric "$tmp/m.jsonl" images_per_second
+  awk '{ printf "%.1f", $1 }' <<<"$(last_metric "$tmp/m.jsonl" images_per_second)"
+  local key phases="batch $1 $2:"
+  for key in epoch_seconds data_wait_seconds forward_seconds backward_seconds optimizer_seconds; do
+    phases+=" ${key%_seconds} $(last_metric "$tmp/m.jsonl" "$key")"
+  done
+  echo "$phases" >>"$tmp/phases"
 }
 measured() {  # what a run printed, or why it has no figure
   if [[ -n $1 ]]; then echo "$1"; else echo "failed: $(tail -1 "$tmp/err")"; fi
@@ -61,4 +66,7 @@ for key in 64-fp32 64-bf16 512-fp32 512-bf16; do
   # shellcheck disable=SC2086  # the ratios are words
   [[ -n ${ratios[$key]:-} ]] && echo "batch ${key%-*} ${key#*-}: median ratio $(median ${ratios[$key]})"
 done
+echo
+echo "ddp-train's last epoch, seconds (on a GPU the phases are the host's time to queue them):"
+cat "$tmp/phases"
 echo "($device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); $("$build/ddp-train" --version | head -1); PyTorch $("$python" -c 'import torch; print(torch.__version__)'))"

@@ -70,7 +70,15 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# Every optional part (cmake/OptionalParts.cmake) is asked for: a package missing from the list
+# above fails the configure step, naming it. oneDNN's layers need oneDNN 2.x (Debian 12's).
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+for part in GZIP DOWNLOAD TOML TENSORBOARD PLOT; do cmake_args+=(-DDDP_WITH_$part=ON); done
+if [[ $(dpkg-query -W -f='${Version}' libdnnl-dev) == 2.* ]]; then
+  cmake_args+=(-DDDP_WITH_ONEDNN=ON)
+else
+  cmake_args+=(-DDDP_WITH_ONEDNN=OFF)
+fi
 if [[ $libtorch == wheel ]]; then
   [[ -x .venv/bin/python ]] || /usr/bin/python3 -m venv .venv
   echo "setup: PyPI's torch into .venv ($(grep -v '^#' scripts/python-requirements.txt | xargs))"

@@ -280,9 +280,12 @@ std::string backend_for(const TrainOptions& o, torch::Device device) {
   return device.is_cuda() && ProcessGroup::has_backend("nccl") ? "nccl" : "gloo";
 }
 
-// Now, once the work queued on a GPU is done: the step's phase times mean the same as on a CPU.
-Clock::time_point now_after(torch::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+// The end of a phase of the step. On a GPU the host only queues the work, so with `exact` the
+// host waits for the GPU first, and the phase times mean the same as on a CPU; without it they
+// are the times the host took to queue each phase, and the GPU runs on while the host queues the
+// next: waiting five times a step cost speed at small batches (--step-trace asks for exact).
+Clock::time_point now_after(torch::Device device, bool exact) {
+  if (exact && device.is_cuda()) torch::cuda::synchronize(device.index());
   return Clock::now();
 }
 
@@ -532,6 +535,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // The output files first: a path that cannot be written fails before start-up's work.
   MetricsWriter metrics(is_root ? o.metrics : "");
   StepTrace trace(o.step_trace, rank);
+  const bool exact_phases = trace.enabled();  // see now_after()
   std::optional<TensorBoardWriter> tensorboard;
   if (is_root && !o.tensorboard.empty()) tensorboard.emplace(o.tensorboard);
   Session session = open_session(o, world);
@@ -677,7 +681,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
       std::optional<data::Batch> batch = loader.next();
       if (!batch) break;
       batch->to(device);
-      auto t1 = now_after(device);
+      auto t1 = now_after(device, exact_phases);
       const torch::Tensor logits = fp32_logits(device, session.precision, [&] {
         return ddp_model ? ddp_model->forward(batch->images) : model->forward(batch->images);
       });
@@ -694,7 +698,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
           while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns
         }
       }
-      auto t2 = now_after(device);
+      auto t2 = now_after(device, exact_phases);
       zero_grad();
       loss.backward();
       double lockstep_wait = 0;
@@ -703,7 +707,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
         group->allreduce(lockstep_token).wait();
         lockstep_wait = since(start);
       }
-      auto t3 = now_after(device);
+      auto t3 = now_after(device, exact_phases);
       const bool updated = update([&] {
         const double value = loss.item<double>();
         return concat("rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss",
@@ -712,7 +716,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                       "ones. Lower --lr, or pass --on-nan skip");
       });
       if (!updated) continue;  // the batch is consumed, only the update is skipped
-      auto t4 = now_after(device);
+      auto t4 = now_after(device, exact_phases);
       const double exposed =
           ddp_model ? ddp_model->stats().last_exposed_comm_seconds : lockstep_wait;
       times.data_wait += std::chrono::duration<double>(t1 - t0).count();
