@@ -37,6 +37,7 @@ fail() {
   failures+=("$*")
 }
 finish() {
+  cp "$build/configure.log" "$build/build.log" "$out/" 2>/dev/null
   if ((${#failures[@]})); then
     say "${#failures[@]} check(s) failed:"
     printf '  - %s\n' "${failures[@]}"
