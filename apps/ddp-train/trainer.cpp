@@ -452,8 +452,13 @@ void print_summary(const std::vector<EpochResult>& results, data::DatasetKind ki
               seconds > 0 ? images / seconds : 0.0);
   std::printf("  epoch  train_loss  test_loss  test_acc  seconds    img/s\n");
   for (const auto& r : results) {
-    std::printf("  %5d  %10.4f  %9.4f  %7.2f%%  %7.1f  %7.0f\n", r.epoch, r.train_loss, r.test_loss,
-                100 * r.test_acc, r.seconds, r.images_per_second);
+    if (r.class_accuracy.empty()) {  // not evaluated (--no-eval)
+      std::printf("  %5d  %10.4f  %9s  %8s  %7.1f  %7.0f\n", r.epoch, r.train_loss, "-", "-",
+                  r.seconds, r.images_per_second);
+    } else {
+      std::printf("  %5d  %10.4f  %9.4f  %7.2f%%  %7.1f  %7.0f\n", r.epoch, r.train_loss,
+                  r.test_loss, 100 * r.test_acc, r.seconds, r.images_per_second);
+    }
   }
   const EpochResult& last = results.back();
   if (last.class_accuracy.empty()) return;  // --no-eval

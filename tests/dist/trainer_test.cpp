@@ -314,6 +314,18 @@ TEST_F(TrainerTest, ProgressBarOnATerminalAndASummaryTableAlways) {
       << relayed.output;
 }
 
+// Without evaluation the summary shows no test figures (not zeros: found on the GPU machine,
+// where a resumed --no-eval run printed "0.0000  0.00%").
+TEST_F(TrainerTest, SummaryWithoutEvaluationShowsNoTestFigures) {
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
+                            "--max-steps", "2", "--no-eval"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("      1      "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("          -         -  "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("0.00%"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("best test_acc"), std::string::npos) << r.output;
+}
+
 // --tensorboard DIR: one event file whose records read back (checksums, protobuf) to the same
 // curves as the JSON metrics; a damaged record is reported, not misread.
 TEST_F(TrainerTest, TensorBoardEventFilesReadBackToTheMetrics) {

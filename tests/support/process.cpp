@@ -35,6 +35,10 @@ Child::Child(const std::vector<std::string>& argv, const std::map<std::string, s
     if (env.count(name) == 0) env_strings.push_back(entry);
   }
   for (const auto& kv : env) env_strings.push_back(kv.first + "=" + kv.second);
+  // The suite's programs train on the CPU unless a test says otherwise: on a GPU machine
+  // --device auto would give each worker a GPU of its own, which a one-GPU machine lacks for two
+  // (the GPU path is the Gpu.* tests' and scripts/gpu-check.sh's).
+  if (env.count("CUDA_VISIBLE_DEVICES") == 0) env_strings.push_back("CUDA_VISIBLE_DEVICES=");
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
