@@ -75,7 +75,15 @@ debootstrap --variant=minbase --cache-dir="$cache/debootstrap-$suite" "$suite" "
   >"$root.debootstrap.log" 2>&1 || { cat "$root.debootstrap.log"; rm -f "$root.debootstrap.log"; exit 1; }
 rm -f "$root.debootstrap.log"
 echo "deb $mirror $suite main" >"$root/etc/apt/sources.list"
+# What a machine of this network has before anything is installed: its resolver, and the trust
+# its TLS proxy needs (local CAs, which Debian's ca-certificates adds to the system bundle when
+# setup installs it, and pip's configuration pointing at that bundle).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
 
 # 2. What the tests need from the host: /proc (child processes), /dev (null, urandom, shm, pts),
 #    /sys and a mount point at / (ip netns exec remounts / as a slave); the CUDA toolkit; and the
