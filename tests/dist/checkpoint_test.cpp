@@ -242,6 +242,30 @@ TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
   EXPECT_NE(init.output.find("initial weights from"), std::string::npos);
 }
 
+// A checkpoint written by ddp-train built against Debian 12's LibTorch 1.13
+// (tests/compat/write_checkpoint_fixture.sh, run in scripts/fresh-root.sh --libtorch debian)
+// evaluates here to the accuracy 1.13 measured, and training resumes from it.
+TEST_F(CheckpointTest, CheckpointFromLibTorch113EvaluatesAndResumesHere) {
+  const std::string fixture = test::source_dir() + "/tests/data/checkpoint-libtorch-1.13.0";
+  const double accuracy = std::stod(test::read_file(fixture + ".test_acc"));
+  test::TempDir dir;
+  data::write_synthetic_cifar10(dir / "data", {256, 64, 7, 0.5});  // the fixture's data set
+  const auto eval = test::run(
+      {test::train_bin(), "evaluate", "--checkpoint", fixture + ".pt", "--data-dir", dir / "data"});
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "test_acc %.2f%%", 100 * accuracy);
+  EXPECT_NE(eval.output.find(expected), std::string::npos) << expected << "\n" << eval.output;
+  std::filesystem::create_directories(dir / "ck");
+  std::filesystem::copy_file(fixture + ".pt", dir / "ck/checkpoint-epoch-0001.pt");
+  const auto resumed =
+      test::run({test::train_bin(), "--data-dir", dir / "data", "--epochs", "2", "--threads", "1",
+                 "--checkpoint-dir", dir / "ck", "--resume", "auto"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("after epoch 1"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 2/2"), std::string::npos) << resumed.output;
+}
+
 TEST_F(CheckpointTest, TruncatedCheckpointIsRejectedAndNotOverwritten) {
   test::TempDir dir;
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
