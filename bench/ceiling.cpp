@@ -1,7 +1,7 @@
-// This machine's fp32 ceiling, measured: a large matrix multiply through LibTorch on all cores
-// (warmed up, verified, p50 and mean of several runs) by the two paths LibTorch has, oneDNN and
-// the system BLAS, and what it means for the reference Net: FLOPs per training image and the
-// images/s no implementation can beat.
+// This machine's fp32 ceiling, measured: a large matrix multiply on all cores (warmed up,
+// verified, p50 and mean of several runs) by the two paths LibTorch has, oneDNN and its BLAS, and
+// by the oneDNN that Net's own layers call (Debian's 2.x, where built with it), and what it means
+// for the reference Net: FLOPs per training image and the images/s no implementation can beat.
 //   bench-ceiling [--size N] [--runs R] [--images-per-second X]
 #include <algorithm>
 #include <chrono>
@@ -16,8 +16,13 @@
 
 #include <torch/torch.h>
 
+#include "ddp_build_config.h"
 #include "models/net.h"
 #include "models/onednn_conv2d.h"
+
+#if defined(DDP_HAVE_ONEDNN)
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 namespace {
 
@@ -60,6 +65,22 @@ void run_openblas_with_avx512_kernels(char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure: then measure as we are
 }
 
+// The BLAS LibTorch was built with (BLAS_INFO in its configuration: mkl, open, ...).
+std::string libtorch_blas() {
+  const std::string config = torch::show_config();
+  const size_t at = config.find("BLAS_INFO=");
+  if (at == std::string::npos) return "unknown";
+  return config.substr(at + 10, config.find_first_of(", \n", at) - at - 10);
+}
+
+#if defined(DDP_HAVE_ONEDNN)
+int layers_onednn_major() { return int(dnnl_version()->major); }
+int layers_onednn_minor() { return int(dnnl_version()->minor); }
+#else
+int layers_onednn_major() { return 0; }
+int layers_onednn_minor() { return 0; }
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,7 +122,24 @@ int main(int argc, char** argv) {
           .abs()
           .max()
           .item<double>();
-  const double ceiling = std::max(onednn.p50, blas.p50);
+  // The oneDNN Net's layers call: LibTorch's own BLAS may be MKL, which takes its AVX2 kernels on
+  // AMD processors (PyPI's wheels: ~130 GFLOP/s on the 2-vCPU Zen 5 against ~330 by AVX-512).
+  Rate layers;
+  double layers_error = 0;
+#if defined(DDP_HAVE_ONEDNN)
+  torch::Tensor d = torch::empty({n, n});
+  const auto sgemm = [&] {
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data_ptr<float>(), n, b.data_ptr<float>(), n, 0.0f,
+               d.data_ptr<float>(), n);
+  };
+  layers = measure(n, runs, sgemm);
+  layers_error =
+      (d.select(1, 0).to(torch::kFloat64) - a64.matmul(b.select(1, 0).to(torch::kFloat64)))
+          .abs()
+          .max()
+          .item<double>();
+#endif
+  const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
   const double flops_per_image = 3 * ddp::models::net_forward_flops(3, 32);  // forward + backward
   std::printf("| measure | value |\n|---|---|\n");
   std::printf(
@@ -112,10 +150,21 @@ int main(int argc, char** argv) {
       "| fp32 GEMM %lld^3 via torch::mm (system BLAS), %d threads, p50 / mean of %d | "
       "%.1f / %.1f GFLOP/s |\n",
       (long long)n, threads, runs, blas.p50, blas.mean);
+  if (layers.p50 > 0) {
+    std::printf(
+        "| fp32 GEMM %lld^3 via the oneDNN %d.%d of Net's layers (sgemm), %d threads, p50 / mean "
+        "of %d | %.1f / %.1f GFLOP/s |\n",
+        (long long)n, layers_onednn_major(), layers_onednn_minor(), threads, runs, layers.p50,
+        layers.mean);
+  }
+  std::printf("| LibTorch's BLAS | %s |\n", libtorch_blas().c_str());
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("| OpenBLAS kernels (OPENBLAS_CORETYPE) | %s |\n", core ? core : "detected");
-  std::printf("| ceiling (the faster p50) | %.1f GFLOP/s |\n", ceiling);
-  std::printf("| GEMM max abs error vs float64 (oneDNN, BLAS) | %.2e, %.2e |\n", error, mm_error);
+  std::printf("| OpenBLAS kernels, if OpenBLAS (OPENBLAS_CORETYPE) | %s |\n",
+              core ? core : "detected");
+  std::printf("| ceiling (the fastest p50) | %.1f GFLOP/s |\n", ceiling);
+  std::printf(
+      "| GEMM max abs error vs float64 (oneDNN, BLAS, layers' oneDNN) | %.2e, %.2e, %.2e |\n",
+      error, mm_error, layers_error);
   std::printf("| Net FLOPs per training image (3 x forward, direct convolution) | %.1f MFLOP |\n",
               flops_per_image / 1e6);
   // Achieved GFLOP/s counts a direct convolution's FLOPs, as is the custom; say when Net's conv2
@@ -131,7 +180,16 @@ int main(int argc, char** argv) {
     const double achieved = measured_ips * flops_per_image / 1e9;
     std::printf("| achieved at %.0f images/s | %.1f GFLOP/s = %.1f%% of the ceiling |\n",
                 measured_ips, achieved, 100 * achieved / ceiling);
+    if (winograd) {  // conv2's share of the FLOPs done with 2.25x fewer multiplies
+      const double side = 32, conv2 = 2.0 * (side * side / 4) * 128 * 64 * 9;
+      const double share = conv2 / ddp::models::net_forward_flops(3, 32);
+      const double executed = achieved * (1 - share + share / 2.25);
+      std::printf(
+          "| achieved, counting the multiplies executed (conv2's at 1/2.25) | %.1f GFLOP/s = "
+          "%.1f%% of the ceiling |\n",
+          executed, 100 * executed / ceiling);
+    }
   }
   const double tolerance = 1e-2 * double(n);
-  return error < tolerance && mm_error < tolerance ? 0 : 1;
+  return error < tolerance && mm_error < tolerance && layers_error < tolerance ? 0 : 1;
 }

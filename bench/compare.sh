@@ -30,6 +30,6 @@ done
 median=$(median "${ratios[@]}")
 echo
 echo "median ratio ddp-train / reference: $median ($pairs pairs, $steps steps of 4 x 64 images each)"
-echo "median fraction of the ceiling measured right after each pair: $(median "${fractions[@]}")%"
+echo "median fraction of the ceiling measured right after each pair: $(median "${fractions[@]}")% (in direct-convolution FLOPs; the ceiling table below also counts the multiplies executed)"
 echo
 "$build/bench-ceiling" --images-per-second "$(median "${ours[@]}")"
