@@ -244,7 +244,8 @@ TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
 
 // A checkpoint written by ddp-train built against Debian 12's LibTorch 1.13
 // (tests/compat/write_checkpoint_fixture.sh, run in scripts/fresh-root.sh --libtorch debian)
-// evaluates here to the accuracy 1.13 measured, and training resumes from it.
+// evaluates here to the accuracy 1.13 measured, and training resumes from it; Python's
+// torch.load reads both checkpoints with its defaults.
 TEST_F(CheckpointTest, CheckpointFromLibTorch113EvaluatesAndResumesHere) {
   const std::string fixture = test::source_dir() + "/tests/data/checkpoint-libtorch-1.13.0";
   const double accuracy = std::stod(test::read_file(fixture + ".test_acc"));
@@ -264,6 +265,13 @@ TEST_F(CheckpointTest, CheckpointFromLibTorch113EvaluatesAndResumesHere) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("after epoch 1"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("epoch 2/2"), std::string::npos) << resumed.output;
+  // Both load in this PyTorch with torch.load's defaults (weights_only=True from 2.6).
+  for (const std::string& path : {fixture + ".pt", dir / "ck/checkpoint-epoch-0002.pt"}) {
+    const auto loaded = test::run_python("load_checkpoint.py", {path});
+    ASSERT_EQ(loaded.exit_code, 0) << path << "\n" << loaded.output;
+    EXPECT_NE(loaded.output.find("model conv1.bias conv1.weight conv2.bias"), std::string::npos)
+        << loaded.output;
+  }
 }
 
 TEST_F(CheckpointTest, TruncatedCheckpointIsRejectedAndNotOverwritten) {

@@ -73,7 +73,8 @@ std::set<std::string> weight_fingerprints(const std::string& output);
 /// Reads a whole file.
 std::string read_file(const std::string& path);
 
-/// /usr/bin/python3 (with python3-torch) running `script` from tests/python with `args`.
+/// The reference Python (DDP_PYTHON: .venv's, or python3 with python3-torch) running `script`
+/// from tests/python with `args`.
 ProcessResult run_python(const std::string& script, const std::vector<std::string>& args);
 
 /// The source tree and the ddp-train binary.
