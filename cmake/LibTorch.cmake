@@ -56,7 +56,7 @@ message(STATUS "ddp: C++${CMAKE_CXX_STANDARD}")
 # Workaround, PyPI's torch wheels (CUDA builds, 2.11 and 2.14.1 at least): libtorch_cuda.so finds
 # NCCL, cuDNN and the CUDA runtime in the nvidia-* wheels beside torch (through its own RPATH),
 # but the linker looks for them in the CUDA toolkit's folders and finds an older NCCL there
-# (undefined ncclCommGrow and others). Whatever links libddp (ddp_torch_link_options, on the
+# (undefined ncclCommGrow and others). Whatever links libddp (DDP_TORCH_LINK_OPTIONS, on the
 # library's interface, for installed copies too) has the linker, and at run time the program,
 # look in the wheels first.
 file(GLOB DDP_WHEEL_CUDA_LIBRARY_DIRS LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")

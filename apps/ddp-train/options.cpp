@@ -179,8 +179,11 @@ const std::vector<Flag>& flags() {
        "(each worker on GPU LOCAL_RANK of its node); cuda:N (every worker on GPU N: workers "
        "sharing a GPU need --backend gloo, NCCL refuses them)",
        [](O& o, const std::string& v) {
-         const bool gpu_index = v.size() > 5 && v.rfind("cuda:", 0) == 0 &&
+         const bool gpu_index = v.size() > 5 && v.size() <= 9 && v.rfind("cuda:", 0) == 0 &&
                                 v.find_first_not_of("0123456789", 5) == std::string::npos;
+         if (!gpu_index && v.rfind("cuda:", 0) == 0) {
+           throw InvalidArgument(concat("--device: '", v, "' is not cuda:N (N a GPU's index)"));
+         }
          o.device = gpu_index ? v : one_of("--device", "device", v, {"auto", "cpu", "cuda"});
        }},
       {"--precision", "fp32|bf16",

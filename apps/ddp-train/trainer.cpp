@@ -254,8 +254,9 @@ torch::Device training_device(const TrainOptions& o, const WorldInfo& world) {
   }
   if (!torch::cuda::is_available()) {
     throw InvalidArgument(
-        "--device cuda: no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no "
-        "GPU is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu");
+        concat("--device ", o.device,
+               ": no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no GPU is "
+               "visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu"));
   }
   const int gpus = int(torch::cuda::device_count());
   if (o.device.rfind("cuda:", 0) == 0) {

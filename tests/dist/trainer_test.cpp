@@ -98,11 +98,19 @@ TEST_F(TrainerTest, DeviceIsTheCpuWithoutAGpuAndCudaIsRefusedClearly) {
   EXPECT_NE(unknown.output.find("--device: unknown device 'gpu'; use auto, cpu or cuda"),
             std::string::npos)
       << unknown.output;
+  const auto not_an_index = test::run({test::train_bin(), "--device", "cuda:x"});
+  EXPECT_EQ(not_an_index.exit_code, 2);
+  EXPECT_NE(not_an_index.output.find("--device: 'cuda:x' is not cuda:N"), std::string::npos)
+      << not_an_index.output;
   if (torch::cuda::is_available()) GTEST_SKIP() << "a GPU is usable here (scripts/gpu-check.sh)";
-  const auto cuda = test::run({test::train_bin(), "--device", "cuda", "--data-dir", data_->path(),
-                               "--epochs", "1", "--max-steps", "1"});
-  EXPECT_EQ(cuda.exit_code, 2) << cuda.output;
-  EXPECT_NE(cuda.output.find("--device cuda: no GPU is usable"), std::string::npos) << cuda.output;
+  for (const char* device : {"cuda", "cuda:0"}) {
+    const auto cuda = test::run({test::train_bin(), "--device", device, "--data-dir", data_->path(),
+                                 "--epochs", "1", "--max-steps", "1"});
+    EXPECT_EQ(cuda.exit_code, 2) << cuda.output;
+    EXPECT_NE(cuda.output.find(std::string("--device ") + device + ": no GPU is usable"),
+              std::string::npos)
+        << cuda.output;
+  }
   const auto automatic = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1",
                                     "--max-steps", "1", "--no-eval"});
   EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
