@@ -10,11 +10,11 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "ddp/launch.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
+#include "make_data.h"
 #include "models/onednn_conv2d.h"
 #include "options.h"
 #include "plot.h"
@@ -24,14 +24,6 @@ namespace {
 
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
-
-const char* kMakeDataHelp =
-    "usage: ddp-train make-data --out DIR [--format cifar10|idx] [--train N] [--test N]\n"
-    "                           [--seed N] [--signal X]\n\n"
-    "Writes a synthetic data set with learnable structure (each class a random prototype image\n"
-    "blended with noise): CIFAR-10 binary files under DIR/cifar-10-batches-bin, or gzip'd IDX\n"
-    "files (28x28, as MNIST) in DIR. Defaults: cifar10, 5000 train, 1000 test, seed 0,\n"
-    "signal 0.5 (share of each pixel from the prototype; lower is harder).\n";
 
 // What this build can do: the LibTorch it was compiled against, the c10d backends and devices
 // compiled in (and the GPUs visible now), and whether Net has oneDNN's Winograd layers.
@@ -54,52 +46,6 @@ void print_version() {
               ddp::models::onednn_conv2d_available(64, 128, ddp::models::ConvAlgorithm::kWinograd)
                   ? "oneDNN's own API (Winograd conv2)"
                   : "LibTorch's");
-}
-
-int make_data(const std::vector<std::string>& args) {
-  ddp::data::SyntheticOptions options;
-  std::string out, format = "cifar10";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kMakeDataHelp, stdout);
-      return 0;
-    }
-    if (i + 1 >= args.size()) {
-      throw ddp::InvalidArgument(
-          ddp::concat("make-data: ", flag, " needs a value (or is unknown); see make-data --help"));
-    }
-    const std::string& value = args[++i];
-    if (flag == "--out")
-      out = value;
-    else if (flag == "--format")
-      format = value;
-    else if (flag == "--train")
-      options.train_size = size_t(ddp::parse_int(value, "--train", 5, 1 << 24));
-    else if (flag == "--test")
-      options.test_size = size_t(ddp::parse_int(value, "--test", 1, 1 << 24));
-    else if (flag == "--seed")
-      options.seed = uint64_t(ddp::parse_int(value, "--seed", 0, 1 << 30));
-    else if (flag == "--signal")
-      options.signal = std::stod(value);
-    else
-      throw ddp::InvalidArgument(
-          ddp::concat("make-data: unknown flag '", flag, "'; see make-data --help"));
-  }
-  if (out.empty()) throw ddp::InvalidArgument("make-data: --out DIR is required");
-  if (format == "cifar10") {
-    ddp::data::write_synthetic_cifar10(out, options);
-    std::printf("wrote synthetic CIFAR-10 (%zu train, %zu test) to %s/cifar-10-batches-bin\n",
-                options.train_size, options.test_size, out.c_str());
-  } else if (format == "idx") {
-    ddp::data::write_synthetic_idx(out, options);
-    std::printf("wrote synthetic IDX data (%zu train, %zu test) to %s\n", options.train_size,
-                options.test_size, out.c_str());
-  } else {
-    throw ddp::InvalidArgument(
-        ddp::concat("make-data --format: '", format, "' is not cifar10 or idx"));
-  }
-  return 0;
 }
 
 std::string self_executable() {
@@ -162,7 +108,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!args.empty() && args[0] == "make-data") {
-      return make_data({args.begin() + 1, args.end()});
+      return ddp::train::run_make_data({args.begin() + 1, args.end()});
     }
     if (!args.empty() && args[0] == "plot")
       return ddp::train::run_plot({args.begin() + 1, args.end()});

@@ -1,17 +1,35 @@
-// ddp-train's flags: one table (name, value, help, setter) from which parsing, validation and
-// --help are all made, so the help cannot drift from the code.
+// ddp-train's configuration: every option typed (an enum for every closed choice), parsed once
+// from one flag table (options.cpp) that also makes --help, --dry-run's configuration, the TOML
+// that --config reads and the configuration saved in every checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ddp/data/dataset.h"
+#include "ddp/precision.h"
+
 namespace ddp::train {
+
+enum class Preset { kReference, kFast };
+enum class ModelKind { kNet, kResnet };
+enum class OptimizerKind { kSgd, kAdam };
+enum class LrSchedule { kConstant, kCosine };  // cosine: per step, to 0 at the end
+enum class OnNan { kStop, kSkip };             // a non-finite loss or gradient: stop, or skip it
+enum class BackendKind { kAuto, kGloo, kNccl, kMpi };  // auto: nccl on a GPU, gloo on the CPU
+
+/// --device: auto (cuda when a GPU is visible, else cpu), cpu, cuda (GPU LOCAL_RANK) or cuda:N.
+struct DeviceChoice {
+  enum class Kind { kAuto, kCpu, kCuda } kind = Kind::kAuto;
+  int index = -1;  // cuda:N; -1: GPU LOCAL_RANK
+  bool operator==(const DeviceChoice&) const = default;
+};
 
 /// Everything one training run is configured by; defaults are the reference program.
 struct TrainOptions {
   // Data.
-  std::string dataset = "cifar10";
+  data::DatasetKind dataset = data::DatasetKind::kCifar10;
   std::string data_dir;  // empty: the data set's default directory
   bool download = false;
   std::string download_url;  // empty: the official URL
@@ -21,17 +39,17 @@ struct TrainOptions {
   bool horizontal_flip = false;
   bool channels_last = false;
   // Model and optimiser.
-  std::string config;                // --config: a TOML file of flags (the command line overrides)
-  std::string preset = "reference";  // reference or fast: defaults the flags then override
-  std::string model = "net";
+  std::string config;  // --config: a TOML file of flags (the command line overrides)
+  Preset preset = Preset::kReference;  // defaults that the flags then override
+  ModelKind model = ModelKind::kNet;
   int epochs = 10;
   int64_t batch_size = 64;
-  std::string optimizer = "sgd";  // sgd or adam
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   double lr = 0.001;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  std::string lr_schedule = "constant";  // constant or cosine (per step, to 0 at the end)
-  double warmup_epochs = 0;              // linear warm-up from 0 before the schedule
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  double warmup_epochs = 0;  // linear warm-up from 0 before the schedule
   uint64_t seed = 0;
   // Run.
   int threads = 0;          // 0: cores / local workers, or OMP_NUM_THREADS
@@ -40,12 +58,12 @@ struct TrainOptions {
   std::string step_trace;   // prefix of the per-rank step-time CSV files (every rank)
   std::string tensorboard;  // directory for TensorBoard event files, written by rank 0
   int64_t log_every = 50;
-  bool evaluate = true;
-  std::string on_nan = "stop";  // a non-finite loss or gradient: "stop" the run or "skip" the step
+  bool no_eval = false;
+  OnNan on_nan = OnNan::kStop;
   // Device and distributed.
-  std::string device = "auto";     // auto (cuda when a GPU is visible, else cpu), cpu or cuda
-  std::string precision = "fp32";  // the forward pass: fp32, or bf16 under autocast
-  std::string backend;             // empty: nccl on a GPU, gloo on the CPU
+  DeviceChoice device;
+  Precision precision = Precision::kFp32;  // the forward pass: fp32, or bf16 under autocast
+  BackendKind backend = BackendKind::kAuto;
   std::string init_method = "env://";
   double timeout = 300;             // seconds, for every collective
   double rendezvous_timeout = 120;  // seconds, for all ranks to meet
@@ -69,15 +87,24 @@ struct TrainOptions {
   std::string checkpoint;   // evaluate: the file to evaluate
 };
 
-/// The effective configuration as "key = value" lines (saved in checkpoints).
-std::string config_text(const TrainOptions& options);
+/// The names the flags use for each choice.
+std::string to_string(Preset preset);
+std::string to_string(ModelKind model);
+std::string to_string(OptimizerKind optimizer);
+std::string to_string(BackendKind backend);
+std::string to_string(const DeviceChoice& device);
+
+/// The effective configuration as TOML, one "key = value" line per flag (all of them): printed
+/// by --dry-run, saved in checkpoints, and read back by --config to the same options. With
+/// `only_changed`, only the flags whose value is not the default.
+std::string config_text(const TrainOptions& options, bool only_changed = false);
 
 /// Parses argv (after the program name); throws InvalidArgument naming the flag on any mistake.
 /// Sets `help` instead of throwing when --help is given.
 TrainOptions parse_train_options(const std::vector<std::string>& args, bool& help);
 
-/// The flags a preset stands for ("reference": none), for a run on `dataset`.
-std::vector<std::string> preset_flags(const std::string& preset, const std::string& dataset);
+/// The flags a preset stands for (kReference: none), for a run on `dataset`.
+std::vector<std::string> preset_flags(Preset preset, data::DatasetKind dataset);
 
 /// The --help text of the train command.
 std::string train_help();

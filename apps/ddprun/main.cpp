@@ -3,96 +3,72 @@
 //   ddprun --nnodes 2 --node-rank 0 --master-addr HOST0 --master-port 29500 --nproc-per-node 2 --
 //   ./my_program
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "ddp/error.h"
 #include "ddp/launch.h"
-#include "ddp/world.h"
+#include "flags.h"
 
 namespace {
 
-const char* kHelp =
-    "usage: ddprun [FLAGS] [--] PROGRAM [ARGS...]\n\n"
-    "Starts PROGRAM once per worker with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,\n"
-    "LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT).\n"
-    "When a worker fails, the others are stopped (SIGTERM, then SIGKILL) and the failure named.\n\n"
-    "flags:\n"
-    "  --nproc-per-node N   workers on this node (default 1)\n"
-    "  --nnodes M           nodes in the job (default 1)\n"
-    "  --node-rank R        this node's index, 0..M-1 (default 0; node 0 hosts rank 0)\n"
-    "  --master-addr A      rank 0's node address (default 127.0.0.1; required across nodes)\n"
-    "  --master-port P      the store's port (default: a free port; required across nodes)\n"
-    "  --max-restarts K     restart the workers up to K times after a failure (default 0)\n"
-    "  --grace SECONDS      between SIGTERM and SIGKILL when stopping workers (default 5)\n"
-    "  --log-dir DIR        also write each rank's output whole to DIR/rank_N.log\n"
-    "  --rank0-only         show only rank 0's output on the console\n"
-    "  --help               show this text\n"
-    "torchrun's spellings (--nproc_per_node, --master_addr, ...) are accepted too.\n";
+using O = ddp::LaunchOptions;
 
-std::string normalize(std::string flag) {
-  for (char& c : flag) {
-    if (c == '_') c = '-';
-  }
-  return flag;
+const ddp::cli::FlagTable<O>& table() {
+  using namespace ddp::cli;
+  static const FlagTable<O> flags(
+      "ddprun",
+      {
+          int_flag<O>("--nproc-per-node", "N", "workers on this node (default 1)",
+                      &O::nproc_per_node, 1, 1024),
+          int_flag<O>("--nnodes", "M", "nodes in the job (default 1)", &O::nnodes, 1, 65536),
+          int_flag<O>("--node-rank", "R",
+                      "this node's index, 0..M-1 (default 0; node 0 hosts rank 0)", &O::node_rank,
+                      0, 65535),
+          text_flag<O>("--master-addr", "A",
+                       "rank 0's node address (default 127.0.0.1; required across nodes)",
+                       &O::master_addr),
+          int_flag<O>("--master-port", "P",
+                      "the store's port (default: a free port; required across nodes)",
+                      &O::master_port, 1, 65535),
+          int_flag<O>("--max-restarts", "K",
+                      "restart the workers up to K times after a failure (default 0)",
+                      &O::max_restarts, 0, 1000),
+          real_flag<O>("--grace", "SECONDS",
+                       "between SIGTERM and SIGKILL when stopping workers (default 5)",
+                       &O::grace_seconds, 0, 3600),
+          text_flag<O>("--log-dir", "DIR", "also write each rank's output whole to DIR/rank_N.log",
+                       &O::log_dir),
+          switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
+                         &O::console_rank0_only),
+      },
+      /*underscores_as_dashes=*/true);
+  return flags;
+}
+
+std::string help() {
+  return "usage: ddprun [FLAGS] [--] PROGRAM [ARGS...]\n\n"
+         "Starts PROGRAM once per worker with torchrun's environment (RANK, WORLD_SIZE, "
+         "LOCAL_RANK,\nLOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
+         "TORCHELASTIC_RESTART_COUNT).\nWhen a worker fails, the others are stopped (SIGTERM, "
+         "then SIGKILL) and the failure named.\n\nflags:\n" +
+         table().help() +
+         "torchrun's spellings (--nproc_per_node, --master_addr, ...) are accepted too.\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  ddp::LaunchOptions o;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  O o;
   try {
-    size_t i = 0;
-    for (; i < args.size(); ++i) {
-      std::string flag = args[i];
-      if (flag == "--") {
-        ++i;
-        break;
-      }
-      if (flag.rfind("--", 0) != 0) break;  // the program starts here
-      std::string value;
-      bool has_value = false;
-      const size_t eq = flag.find('=');
-      if (eq != std::string::npos) {
-        value = flag.substr(eq + 1);
-        flag = flag.substr(0, eq);
-        has_value = true;
-      }
-      flag = normalize(flag);
-      if (flag == "--help") {
-        std::fputs(kHelp, stdout);
-        return 0;
-      }
-      if (flag == "--rank0-only") {
-        o.console_rank0_only = true;
-        continue;
-      }
-      if (!has_value) {
-        if (i + 1 >= args.size()) throw ddp::InvalidArgument(ddp::concat(flag, " needs a value"));
-        value = args[++i];
-      }
-      if (flag == "--nproc-per-node")
-        o.nproc_per_node = ddp::parse_int(value, flag, 1, 1024);
-      else if (flag == "--nnodes")
-        o.nnodes = ddp::parse_int(value, flag, 1, 65536);
-      else if (flag == "--node-rank")
-        o.node_rank = ddp::parse_int(value, flag, 0, 65535);
-      else if (flag == "--master-addr")
-        o.master_addr = value;
-      else if (flag == "--master-port")
-        o.master_port = ddp::parse_int(value, flag, 1, 65535);
-      else if (flag == "--max-restarts")
-        o.max_restarts = ddp::parse_int(value, flag, 0, 1000);
-      else if (flag == "--grace")
-        o.grace_seconds = std::atof(value.c_str());
-      else if (flag == "--log-dir")
-        o.log_dir = value;
-      else
-        throw ddp::InvalidArgument(ddp::concat("unknown flag '", args[i], "'; see ddprun --help"));
+    bool want_help = false;
+    const size_t program = table().parse(args, o, want_help, ddp::cli::Positional::kStop);
+    if (want_help) {
+      std::fputs(help().c_str(), stdout);
+      return 0;
     }
-    o.command.assign(args.begin() + long(i), args.end());
+    o.command.assign(args.begin() + long(program), args.end());
     return ddp::launch(o);
   } catch (const ddp::InvalidArgument& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());

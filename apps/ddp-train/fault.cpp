@@ -1,0 +1,49 @@
+#include "fault.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "ddp/error.h"
+#include "ddp/world.h"
+
+namespace ddp::train {
+
+Fault Fault::from_environment() {
+  Fault f;
+  const char* spec = std::getenv("DDP_FAULT");
+  if (spec == nullptr || *spec == '\0') return f;
+  const std::string text(spec);
+  const size_t at = text.find('@');
+  const size_t colon = text.find(':', at);
+  if (at == std::string::npos)
+    throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
+  f.kind_ = text.substr(0, at);
+  if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit") {
+    throw InvalidArgument(
+        concat("DDP_FAULT: unknown kind '", f.kind_, "'; use nan, throw, hang or exit"));
+  }
+  f.step_ = parse_int(
+      text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
+      "DDP_FAULT step", 1, 1 << 30);
+  if (colon != std::string::npos)
+    f.rank_ = parse_int(text.substr(colon + 1), "DDP_FAULT rank", 0, 1 << 20);
+  return f;
+}
+
+void Fault::at_loss(int64_t global_step, int rank, torch::Tensor& loss) const {
+  if (kind_.empty() || global_step != step_ || rank != rank_) return;
+  if (kind_ == "nan") loss = loss * std::nan("");
+  if (kind_ == "throw")
+    throw Error(concat("rank ", rank, ": injected fault (DDP_FAULT) at step ", global_step));
+  if (kind_ == "exit") std::_Exit(3);
+  if (kind_ == "hang") {
+    std::fprintf(stderr, "rank %d: injected hang (DDP_FAULT) at step %lld\n", rank,
+                 (long long)global_step);
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns
+  }
+}
+
+}  // namespace ddp::train

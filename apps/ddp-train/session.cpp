@@ -1,0 +1,208 @@
+#include "session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "ddp/allocator.h"
+#include "ddp/data/download.h"
+#include "ddp/error.h"
+#include "ddp/sync_batchnorm.h"
+
+namespace ddp::train {
+namespace {
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(int64_t(seconds * 1000));
+}
+
+// The device this rank trains on. auto: this node's GPU LOCAL_RANK when LibTorch has CUDA and
+// a GPU is visible, else the CPU; cuda:N: GPU N whatever the rank.
+torch::Device training_device(const DeviceChoice& choice, const WorldInfo& world) {
+  using Kind = DeviceChoice::Kind;
+  if (choice.kind == Kind::kCpu || (choice.kind == Kind::kAuto && !torch::cuda::is_available())) {
+    return torch::kCPU;
+  }
+  if (!torch::cuda::is_available()) {
+    throw InvalidArgument(
+        concat("--device ", to_string(choice),
+               ": no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no GPU is "
+               "visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu"));
+  }
+  const int gpus = int(torch::cuda::device_count());
+  if (choice.index >= 0) {
+    if (choice.index >= gpus) {
+      throw InvalidArgument(concat("--device ", to_string(choice), ": this node has ", gpus,
+                                   " GPU(s) visible, cuda:0 to cuda:", gpus - 1));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice.index));
+  }
+  if (world.local_rank >= gpus) {
+    throw InvalidArgument(concat("--device cuda: local rank ", world.local_rank,
+                                 " needs GPU cuda:", world.local_rank, ", but this node has ", gpus,
+                                 " visible; start at most ", gpus, " workers per node"));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
+}
+
+// --backend, or the default for the device: NCCL for GPUs (where LibTorch has it), else Gloo.
+std::string backend_for(BackendKind backend, torch::Device device) {
+  if (backend != BackendKind::kAuto) return to_string(backend);
+  return device.is_cuda() && ProcessGroup::has_backend("nccl") ? "nccl" : "gloo";
+}
+
+std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const Session& s) {
+  ProcessGroupOptions pg;
+  pg.backend = s.backend;
+  // NCCL exchanges tensors on this rank's GPU; Gloo takes CPU (and, in CUDA builds, GPU) ones.
+  if (s.backend == "nccl") pg.device = s.device;
+  pg.init_method = o.init_method;
+  pg.timeout = to_ms(o.timeout);
+  pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
+  pg.spin_before_sleep = std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000));
+  return ProcessGroup::init(pg, s.world);
+}
+
+// Rank 0 downloads while the others wait, then everyone maps the same files.
+void open_data(const TrainOptions& o, Session& s) {
+  s.kind = o.dataset;
+  const std::string dir = data_dir_of(o);
+  if (o.download) {
+    if (s.kind != data::DatasetKind::kCifar10) {
+      throw InvalidArgument("--download is only available for --dataset cifar10");
+    }
+    if (s.is_root()) {
+      data::DownloadOptions d;
+      if (!o.download_url.empty()) d.url = o.download_url;
+      if (!o.download_md5.empty()) d.md5 = o.download_md5;
+      data::download_cifar10(dir, d);
+    }
+    if (s.group) s.group->barrier();
+  }
+  s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
+  s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
+  const data::ImageShape shape = s.train_set->shape();
+  if (shape.height != shape.width) {
+    throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x",
+                           shape.width, "; the models need square images"));
+  }
+  if (s.is_root()) {
+    std::printf("data: %s; %s\n", s.train_set->description().c_str(),
+                s.test_set->description().c_str());
+  }
+}
+
+// Batch statistics over all ranks' batches, as one process on the whole batch would have.
+void synchronise_batch_norm(const TrainOptions& o, Session& s) {
+  const int synced = convert_sync_batchnorm(*s.model, s.group);
+  if (synced > 0 && o.no_pad) {
+    throw InvalidArgument(concat(
+        "--no-pad cannot be used with --model ", to_string(o.model), " on ", s.world.world_size,
+        " ranks: its SyncBatchNorm layers need every rank's batch in every forward, "
+        "which a rank out of data cannot shadow; leave out --no-pad (the shards are "
+        "padded to equal length, as PyTorch's DistributedSampler does)"));
+  }
+  if (synced > 0 && s.is_root()) {
+    std::printf("model: %d SyncBatchNorm layer(s) take their statistics over all %d ranks\n",
+                synced, s.world.world_size);
+  }
+}
+
+// The model, seeded before it is built, as the reference program does; on the device before DDP,
+// which broadcasts rank 0's weights there.
+void build_model(const TrainOptions& o, Session& s) {
+  const data::ImageShape shape = s.train_set->shape();
+  torch::manual_seed(o.seed);
+  s.model = models::make_classifier(to_string(o.model), shape.channels, shape.height,
+                                    s.train_set->num_classes());
+  if (s.group) synchronise_batch_norm(o, s);
+  if (o.channels_last) {
+    // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
+    torch::NoGradGuard no_grad;
+    for (auto& p : s.model->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+    }
+  }
+  s.model->to(s.device);
+}
+
+data::TransformOptions make_transforms(const TrainOptions& o) {
+  data::TransformOptions t;
+  t.normalize = o.normalize;
+  if (o.normalize) data::default_normalization(o.dataset, t.mean, t.std);
+  t.crop_padding = o.random_crop ? 4 : 0;
+  t.horizontal_flip = o.horizontal_flip;
+  t.seed = o.seed;
+  return t;
+}
+
+}  // namespace
+
+int choose_threads(const TrainOptions& options, const WorldInfo& world, std::string& reason) {
+  if (options.threads > 0) {
+    reason = "--threads";
+    return options.threads;
+  }
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
+    reason = "OMP_NUM_THREADS";
+    return parse_int(omp, "environment variable OMP_NUM_THREADS", 1, 1024);
+  }
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  reason = concat(cores, " cores / ", world.local_world_size, " local workers");
+  return std::max(1, cores / std::max(1, world.local_world_size));
+}
+
+std::string data_dir_of(const TrainOptions& o) {
+  return o.data_dir.empty() ? data::default_data_dir(o.dataset) : o.data_dir;
+}
+
+Session open_session(const TrainOptions& o, const WorldInfo& world) {
+  // Before any large tensor: each step's activations then reuse the last step's memory.
+  const AllocatorPolicy allocator = retain_freed_memory();
+  const TensorCachePolicy tensor_cache = cache_cpu_tensors(world.local_world_size);
+  std::string thread_reason;
+  const int threads = choose_threads(o, world, thread_reason);
+  at::set_num_threads(threads);
+  Session s;
+  s.world = world;
+  s.device = training_device(o.device, world);
+  s.precision = o.precision;
+  s.backend = backend_for(o.backend, s.device);
+  if (world.world_size > 1) s.group = open_group(o, s);
+  if (s.is_root()) {
+    const bool one_gpu = o.device.index >= 0;
+    std::printf(
+        "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
+        "(%s)\n",
+        world.world_size, world.source.c_str(),
+        one_gpu              ? to_string(o.device).c_str()
+        : s.device.is_cuda() ? "cuda:LOCAL_RANK"
+                             : "cpu",
+        world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
+    std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
+  }
+  open_data(o, s);
+  build_model(o, s);
+  s.loader_options.batch_size = o.batch_size;
+  s.loader_options.channels_last = o.channels_last;
+  s.loader_options.transforms = make_transforms(o);
+  return s;
+}
+
+void sum_over_ranks(ProcessGroup* group, std::vector<double>& values) {
+  if (group == nullptr || group->size() == 1) return;
+  torch::Tensor t = torch::tensor(values, torch::kFloat64);
+  group->allreduce(t).wait();
+  for (size_t i = 0; i < values.size(); ++i) values[i] = t[int64_t(i)].item<double>();
+}
+
+double max_over_ranks(ProcessGroup* group, double value) {
+  if (group == nullptr || group->size() == 1) return value;
+  torch::Tensor t = torch::tensor({value}, torch::kFloat64);
+  group->allreduce_max(t).wait();
+  return t.item<double>();
+}
+
+}  // namespace ddp::train

@@ -1,0 +1,53 @@
+// What training and evaluation both stand on, set up once per process: intra-op threads, the
+// device, the process group, the data sets and the model (seeded, synchronised batch norm, on the
+// device). Every rank-0 line of start-up is printed here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ddp/data/dataset.h"
+#include "ddp/data/loader.h"
+#include "ddp/precision.h"
+#include "ddp/process_group.h"
+#include "ddp/world.h"
+#include "models/classifier.h"
+#include "options.h"
+
+namespace ddp::train {
+
+struct Session {
+  WorldInfo world;
+  torch::Device device = torch::kCPU;
+  Precision precision = Precision::kFp32;
+  std::string backend;                  // the process group's ("none" on one rank)
+  std::shared_ptr<ProcessGroup> group;  // null on one rank
+  data::DatasetKind kind = data::DatasetKind::kCifar10;
+  std::unique_ptr<data::Dataset> train_set, test_set;
+  std::shared_ptr<models::ClassifierImpl> model;
+  data::LoaderOptions loader_options;
+
+  bool is_root() const { return world.rank == 0; }
+};
+
+/// Sets this process up as `options` and the launcher's environment say. Throws ddp::Error
+/// naming the flag, the file or the rank for anything that cannot be used.
+Session open_session(const TrainOptions& options, const WorldInfo& world);
+
+/// Intra-op threads for this worker: --threads, else OMP_NUM_THREADS, else cores / local workers;
+/// `reason` says which.
+int choose_threads(const TrainOptions& options, const WorldInfo& world, std::string& reason);
+
+/// --data-dir, or where the data set is found by default.
+std::string data_dir_of(const TrainOptions& options);
+
+/// Sums `values` over all ranks in place (unchanged without a group).
+void sum_over_ranks(ProcessGroup* group, std::vector<double>& values);
+
+/// The largest of `value` over all ranks (itself without a group).
+double max_over_ranks(ProcessGroup* group, double value);
+
+}  // namespace ddp::train
