@@ -10,19 +10,19 @@ std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t
                                                 int64_t side, int64_t num_classes) {
   if (name == "net") {
     if (side % 4 != 0) {
-      throw InvalidArgument(concat("--model net: images are ", side, "x", side,
+      throw InvalidArgument(concat("model net: images are ", side, "x", side,
                                    "; the net model needs a side divisible by 4"));
     }
     return Net(channels, side, num_classes).ptr();
   }
   if (name == "resnet") {
     if (side < 8) {
-      throw InvalidArgument(concat("--model resnet: images are ", side, "x", side,
+      throw InvalidArgument(concat("model resnet: images are ", side, "x", side,
                                    "; the resnet model needs a side of at least 8"));
     }
     return ResNet(channels, num_classes).ptr();
   }
-  throw InvalidArgument(concat("--model: unknown model '", name, "'; use net or resnet"));
+  throw InvalidArgument(concat("unknown model '", name, "'; use net or resnet"));
 }
 
 double classifier_forward_flops(const std::string& name, int64_t channels, int64_t side,

@@ -44,8 +44,8 @@ torch::Tensor NetImpl::forward(torch::Tensor x) {
 
 torch::Tensor NetImpl::forward_blocked(const torch::Tensor& images) {
   // forward()'s function with the activations in oneDNN's blocked layout from conv1's output to
-  // the flatten: no reorders between the convolutions and LibTorch's ops (~4 ms of a 39 ms step
-  // on one thread); oneDNN's max-pool and LibTorch's relu read blocked tensors as they are.
+  // the flatten: no reorders between the convolutions and LibTorch's ops (a tenth of a step);
+  // oneDNN's max-pool and LibTorch's relu read blocked tensors as they are.
   torch::Tensor x =
       onednn_conv2d_blocked(images, conv1->weight, conv1->bias, ConvAlgorithm::kDirect);
   x = torch::relu(blocked_max_pool2d(x));

@@ -58,7 +58,7 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
     return memory::desc(dims, kF32, Tag::nChw16c);
   };
   // A direct forward reads and writes channels-last tensors as they are: oneDNN's blocked
-  // output would cost a reorder as long as the convolution (Net's conv1: 1.7 against 1.1 + 2 ms).
+  // output would cost a reorder that takes longer than the convolution itself.
   const bool nhwc = algorithm == ConvAlgorithm::kDirect && in_layout == Layout::kChannelsLast &&
                     out_layout == Layout::kChannelsLast;
   // Blocked tensors are read and written as they are, whichever the algorithm.

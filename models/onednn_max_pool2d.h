@@ -1,8 +1,7 @@
 // 2x2, stride-2 max-pooling of blocked activations (onednn_conv2d.h), forward and backward by
 // oneDNN's pooling primitives, which read and write the blocked layout as it is. LibTorch's
-// channels-last max-pool on a view of the same tensor computes the same values but ~2x slower on
-// Net's conv1 output (measured on one thread, AMD Zen 5: forward 2.3 against ~1 ms, backward
-// 4.3 against ~2 ms); it is the fallback without oneDNN 2.x and for other dtypes.
+// channels-last max-pool on a view of the same tensor computes the same values at about half
+// the speed on Net's conv1 output; it is the fallback without oneDNN 2.x and for other dtypes.
 #pragma once
 
 #include <torch/torch.h>

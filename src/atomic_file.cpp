@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ddp/error.h"
+#include "unique_fd.h"
 
 namespace ddp {
 namespace {
@@ -23,11 +24,8 @@ std::string parent_dir(const std::string& path) {
 }
 
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  const UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.valid()) ::fsync(fd.get());
 }
 
 }  // namespace
@@ -36,15 +34,15 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   std::string tmp_template = path + ".tmp-XXXXXX";
   std::vector<char> name(tmp_template.begin(), tmp_template.end());
   name.push_back('\0');
-  int fd = ::mkstemp(name.data());
-  if (fd < 0) {
+  UniqueFd fd(::mkstemp(name.data()));
+  if (!fd.valid()) {
     throw IoError(concat("cannot create a file next to ", path, ": ", std::strerror(errno),
                          "; check that the directory exists and is writable"));
   }
   const std::string tmp(name.data());
   auto fail = [&](const char* what) {
     const int err = errno;
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     throw IoError(concat("cannot write ", path, " (", what, "): ", std::strerror(err),
                          "; the previous file, if any, is untouched"));
@@ -52,7 +50,7 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
   size_t left = size;
   while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
+    const ssize_t n = ::write(fd.get(), p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
       fail("write");
@@ -60,10 +58,9 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
     p += n;
     left -= size_t(n);
   }
-  if (::fchmod(fd, 0644) != 0) fail("chmod");
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    fd = -1;
+  if (::fchmod(fd.get(), 0644) != 0) fail("chmod");
+  if (::fsync(fd.get()) != 0) fail("fsync");
+  if (fd.close() != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     throw IoError(concat("cannot write ", path, " (close): ", std::strerror(err)));

@@ -264,9 +264,8 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
   const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   if (kind != (adam ? "adam" : "sgd")) {
     throw DataError(concat(path, ": the checkpoint holds ", kind,
-                           " optimizer state, but this run "
-                           "uses ",
-                           adam ? "adam" : "sgd", "; pass --optimizer ", kind));
+                           " optimizer state, but the optimizer to load it into is ",
+                           adam ? "adam" : "sgd", "; load it into a ", kind, " optimizer"));
   }
   auto& states = optimizer.state();
   if (!adam) {
@@ -326,8 +325,8 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
   if (format == dict.end() || !format->value().isString() ||
       format->value().toStringRef() != kFormatName) {
     throw DataError(concat(path,
-                           ": not a ddp.cpp checkpoint (no format tag); for a plain state "
-                           "dict use --init-from"));
+                           ": not a ddp.cpp checkpoint (no format tag); a plain state dict "
+                           "loads with ddp::read_state_dict and ddp::load_state_dict"));
   }
   const int64_t version = field(dict, "version", path).toInt();
   if (version != kCheckpointVersion) {

@@ -1,9 +1,7 @@
 #include "ddp/comm_hook.h"
 
 #include "ddp/error.h"
-#include "ddp/powersgd.h"
 #include "ddp/process_group.h"
-#include "ddp/world.h"
 
 namespace ddp {
 namespace {
@@ -70,33 +68,5 @@ std::unique_ptr<PendingReduction> CastHook::start(GradBucket& bucket, ProcessGro
 }
 
 std::string CastHook::name() const { return wire_type_ == torch::kHalf ? "fp16" : "bf16"; }
-
-std::unique_ptr<CommHook> make_comm_hook(const std::string& spec) {
-  if (spec == "allreduce") return std::make_unique<AllReduceHook>();
-  if (spec == "fp16") return std::make_unique<CastHook>(torch::kHalf);
-  if (spec == "bf16") return std::make_unique<CastHook>(torch::kBFloat16);
-  const std::string powersgd = "powersgd";
-  if (spec.compare(0, powersgd.size(), powersgd) == 0 &&
-      (spec.size() == powersgd.size() || spec[powersgd.size()] == ':')) {
-    PowerSGDOptions options;
-    // From the command line compression starts after 100 steps rather than PyTorch's 1000,
-    // which is more than two epochs of the examples here.
-    options.start_iter(100);
-    std::string rest = spec.substr(powersgd.size());
-    if (!rest.empty()) {
-      rest = rest.substr(1);
-      const size_t colon = rest.find(':');
-      const std::string what = concat("--comm-hook ", spec);
-      options.matrix_approximation_rank(
-          parse_int(rest.substr(0, colon), what + " (rank)", 1, 1 << 16));
-      if (colon != std::string::npos) {
-        options.start_iter(parse_int(rest.substr(colon + 1), what + " (start step)", 0, 1 << 30));
-      }
-    }
-    return std::make_unique<PowerSGDHook>(options);
-  }
-  throw InvalidArgument(concat("unknown communication hook '", spec,
-                               "'; choose allreduce, fp16, bf16 or powersgd[:rank[:start_step]]"));
-}
 
 }  // namespace ddp

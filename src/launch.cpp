@@ -22,6 +22,7 @@
 
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
+#include "unique_fd.h"
 
 extern char** environ;
 
@@ -36,7 +37,7 @@ void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 // One output stream of one worker: complete lines go to the console and the log file.
 struct Stream {
-  int fd = -1;
+  UniqueFd fd;
   std::string partial;
   bool is_stderr = false;
 };
@@ -56,18 +57,28 @@ struct Worker {
 bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
 int pick_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    if (fd >= 0) ::close(fd);
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     throw Error("cannot find a free port on 127.0.0.1");
   }
   socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
   return ntohs(addr.sin_port);
+}
+
+// A pipe's two ends, close-on-exec (the worker's copies are dup2'ed onto stdout and stderr).
+struct Pipe {
+  UniqueFd read, write;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(concat("cannot create a pipe: ", std::strerror(errno)));
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
 class Group {
@@ -100,27 +111,24 @@ class Group {
 };
 
 void Group::start() {
-  workers_.resize(size_t(o_.nproc_per_node));
-  for (int i = 0; i < o_.nproc_per_node; ++i) {
+  workers_.resize(size_t(o_.nproc_per_node()));
+  for (int i = 0; i < o_.nproc_per_node(); ++i) {
     Worker& w = workers_[size_t(i)];
     w.local_rank = i;
-    w.rank = o_.node_rank * o_.nproc_per_node + i;
-    if (!o_.log_dir.empty()) {
-      const std::string path = concat(o_.log_dir, "/rank_", w.rank, ".log");
+    w.rank = o_.node_rank() * o_.nproc_per_node() + i;
+    if (!o_.log_dir().empty()) {
+      const std::string path = concat(o_.log_dir(), "/rank_", w.rank, ".log");
       w.log =
           std::make_unique<std::ofstream>(path, restart_ == 0 ? std::ios::trunc : std::ios::app);
-      if (!*w.log) throw IoError(concat("--log-dir: cannot write ", path));
+      if (!*w.log) throw IoError(concat("log_dir: cannot write ", path));
     }
     spawn(w);
   }
 }
 
 void Group::spawn(Worker& w) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    throw Error(concat("cannot create pipes: ", std::strerror(errno)));
-  }
-  const int world = o_.nnodes * o_.nproc_per_node;
+  Pipe out = make_pipe(), err = make_pipe();
+  const int world = o_.nnodes() * o_.nproc_per_node();
   std::vector<std::string> env;
   const std::vector<std::string> ours = {"RANK",
                                          "WORLD_SIZE",
@@ -142,9 +150,9 @@ void Group::spawn(Worker& w) {
   env.push_back(concat("RANK=", w.rank));
   env.push_back(concat("WORLD_SIZE=", world));
   env.push_back(concat("LOCAL_RANK=", w.local_rank));
-  env.push_back(concat("LOCAL_WORLD_SIZE=", o_.nproc_per_node));
-  env.push_back(concat("GROUP_RANK=", o_.node_rank));
-  env.push_back(concat("MASTER_ADDR=", o_.master_addr));
+  env.push_back(concat("LOCAL_WORLD_SIZE=", o_.nproc_per_node()));
+  env.push_back(concat("GROUP_RANK=", o_.node_rank()));
+  env.push_back(concat("MASTER_ADDR=", o_.master_addr()));
   env.push_back(concat("MASTER_PORT=", port_));
   env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
   if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
@@ -153,7 +161,7 @@ void Group::spawn(Worker& w) {
     env.push_back("DDP_STDOUT_TTY=1");
   }
   std::vector<char*> argv, envp;
-  for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : o_.command()) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
@@ -167,21 +175,21 @@ void Group::spawn(Worker& w) {
     ::setpgid(0, 0);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
+    ::dup2(out.write.get(), 1);
+    ::dup2(err.write.get(), 2);
     ::execvpe(argv[0], argv.data(), envp.data());
     std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
   }
-  ::close(out[1]);
-  ::close(err[1]);
   // Our ends never block: a worker that ignores SIGTERM (or a child of it that keeps the pipe
-  // open) must not stall the launcher before it sends SIGKILL.
-  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  // open) must not stall the launcher before it sends SIGKILL. The worker's ends close here.
+  for (int fd : {out.read.get(), err.read.get()}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
   w.pid = pid;
   w.running = true;
-  w.out = Stream{out[0], "", false};
-  w.err = Stream{err[0], "", true};
+  w.out = Stream{std::move(out.read), "", false};
+  w.err = Stream{std::move(err.read), "", true};
 }
 
 void Group::emit(Worker& w, const std::string& line, bool is_stderr) {
@@ -191,9 +199,9 @@ void Group::emit(Worker& w, const std::string& line, bool is_stderr) {
   }
   if (is_stderr) {
     w.stderr_tail.push_back(line);
-    if (int(w.stderr_tail.size()) > o_.tail_lines) w.stderr_tail.pop_front();
+    if (int(w.stderr_tail.size()) > o_.tail_lines()) w.stderr_tail.pop_front();
   }
-  if (o_.console_rank0_only && w.rank != 0) return;
+  if (o_.console_rank0_only() && w.rank != 0) return;
   std::FILE* console = is_stderr ? stderr : stdout;
   // A progress line on show is cleared first (it ends with \r: the cursor is at its start).
   std::fprintf(console, "%s[rank %d] %s\n", live_shown_ ? "\033[K" : "", w.rank, line.c_str());
@@ -204,17 +212,17 @@ void Group::emit(Worker& w, const std::string& line, bool is_stderr) {
 // A line that ends in \r, not \n: a progress bar redrawn in place. On the console only (logs
 // keep finished lines), drawn over the previous one.
 void Group::emit_live(Worker& w, const std::string& line) {
-  if (o_.console_rank0_only && w.rank != 0) return;
+  if (o_.console_rank0_only() && w.rank != 0) return;
   std::fprintf(stdout, "[rank %d] %s\033[K\r", w.rank, line.c_str());
   live_shown_ = true;
   std::fflush(stdout);
 }
 
 void Group::pump(Worker& w, Stream& s, bool final_flush) {
-  if (s.fd < 0) return;
+  if (!s.fd.valid()) return;
   char buf[65536];
   while (true) {
-    const ssize_t n = ::read(s.fd, buf, sizeof buf);
+    const ssize_t n = ::read(s.fd.get(), buf, sizeof buf);
     if (n > 0) {
       s.partial.append(buf, size_t(n));
       size_t end;
@@ -234,8 +242,7 @@ void Group::pump(Worker& w, Stream& s, bool final_flush) {
     if (n == 0 || final_flush) {
       if (!s.partial.empty()) emit(w, s.partial, s.is_stderr);
       s.partial.clear();
-      ::close(s.fd);
-      s.fd = -1;
+      s.fd.reset();
     }
     return;
   }
@@ -260,8 +267,8 @@ int Group::watch() {
     std::vector<std::pair<Worker*, Stream*>> owners;
     for (auto& w : workers_) {
       for (Stream* s : {&w.out, &w.err}) {
-        if (s->fd >= 0) {
-          fds.push_back({s->fd, POLLIN, 0});
+        if (s->fd.valid()) {
+          fds.push_back({s->fd.get(), POLLIN, 0});
           owners.emplace_back(&w, s);
         }
       }
@@ -289,7 +296,7 @@ int Group::watch() {
         pump(named, named.err, true);
         return cause;
       }
-      if (w.out.fd >= 0 || w.err.fd >= 0) all_done = false;  // output still draining
+      if (w.out.fd.valid() || w.err.fd.valid()) all_done = false;  // output still draining
     }
     if (all_done) return -1;
   }
@@ -363,24 +370,24 @@ std::string describe_exit(int status) {
 }
 
 void validate(const LaunchOptions& o) {
-  if (o.command.empty())
+  if (o.command().empty())
     throw InvalidArgument(
-        concat(o.name, ": no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS..."));
-  if (o.nproc_per_node < 1) throw InvalidArgument("--nproc-per-node must be at least 1");
-  if (o.nnodes < 1) throw InvalidArgument("--nnodes must be at least 1");
-  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
-    throw InvalidArgument(concat("--node-rank ", o.node_rank, " is not in [0, ", o.nnodes, ")"));
-  }
-  if (o.nnodes > 1 && o.master_port == 0) {
+        concat(o.name(), ": no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS..."));
+  if (o.nproc_per_node() < 1) throw InvalidArgument("nproc_per_node must be at least 1");
+  if (o.nnodes() < 1) throw InvalidArgument("nnodes must be at least 1");
+  if (o.node_rank() < 0 || o.node_rank() >= o.nnodes()) {
     throw InvalidArgument(
-        "--master-port is required with --nnodes > 1 (every node must use the same)");
+        concat("node_rank ", o.node_rank(), " is not in [0, nnodes) = [0, ", o.nnodes(), ")"));
   }
-  if (o.nnodes > 1 && o.master_addr.rfind("127.", 0) == 0) {
+  if (o.nnodes() > 1 && o.master_port() == 0) {
+    throw InvalidArgument("master_port is required with nnodes > 1 (every node must use the same)");
+  }
+  if (o.nnodes() > 1 && o.master_addr().rfind("127.", 0) == 0) {
     throw InvalidArgument(
-        "--master-addr must be rank 0's address reachable by every node with --nnodes > 1");
+        "master_addr must be rank 0's address reachable by every node with nnodes > 1");
   }
-  if (o.max_restarts < 0) throw InvalidArgument("--max-restarts must be >= 0");
-  if (!(o.grace_seconds >= 0)) throw InvalidArgument("--grace must be >= 0 seconds");
+  if (o.max_restarts() < 0) throw InvalidArgument("max_restarts must be >= 0");
+  if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
 }
 
 }  // namespace
@@ -416,8 +423,8 @@ std::string signal_name(int sig) {
 
 int launch(const LaunchOptions& options) {
   validate(options);
-  if (!options.log_dir.empty()) make_directories(options.log_dir);
-  const int port = options.master_port > 0 ? options.master_port : pick_free_port();
+  if (!options.log_dir().empty()) make_directories(options.log_dir());
+  const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   g_stop_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -433,7 +440,7 @@ int launch(const LaunchOptions& options) {
   // On one node the workers meet through a FileStore in a private directory instead of a TCP
   // port; a fresh file per restart, so a new group never sees the old one's keys.
   std::string store_dir;
-  if (options.nnodes == 1) {
+  if (options.nnodes() == 1) {
     const char* tmp = std::getenv("TMPDIR");
     std::string tmpl = concat(tmp && *tmp ? tmp : "/tmp", "/ddprun-XXXXXX");
     if (::mkdtemp(tmpl.data()) == nullptr) {
@@ -452,24 +459,24 @@ int launch(const LaunchOptions& options) {
       break;
     }
     if (failed == -2) {
-      std::fprintf(stderr, "%s: received %s, stopping all workers\n", options.name.c_str(),
+      std::fprintf(stderr, "%s: received %s, stopping all workers\n", options.name().c_str(),
                    signal_name(g_stop_signal).c_str());
-      group.stop(options.grace_seconds);
+      group.stop(options.grace_seconds());
       result = 128 + g_stop_signal;
       break;
     }
     const Worker& w = group.worker(size_t(failed));
     const std::string how = describe_exit(w.status);
-    group.stop(options.grace_seconds);
+    group.stop(options.grace_seconds());
     std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; stopped the other workers\n",
-                 options.name.c_str(), w.rank, w.local_rank, int(w.pid), how.c_str());
+                 options.name().c_str(), w.rank, w.local_rank, int(w.pid), how.c_str());
     if (!w.stderr_tail.empty()) {
-      std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", options.name.c_str(), w.rank);
+      std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", options.name().c_str(), w.rank);
       for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
     }
-    if (restart < options.max_restarts) {
-      std::fprintf(stderr, "%s: restarting the workers (restart %d of %d)\n", options.name.c_str(),
-                   restart + 1, options.max_restarts);
+    if (restart < options.max_restarts()) {
+      std::fprintf(stderr, "%s: restarting the workers (restart %d of %d)\n",
+                   options.name().c_str(), restart + 1, options.max_restarts());
       continue;
     }
     result = 1;
@@ -477,7 +484,7 @@ int launch(const LaunchOptions& options) {
   }
   restore();
   if (!store_dir.empty()) {
-    for (int r = 0; r <= options.max_restarts; ++r)
+    for (int r = 0; r <= options.max_restarts(); ++r)
       ::unlink(concat(store_dir, "/store-", r).c_str());
     ::rmdir(store_dir.c_str());
   }

@@ -81,7 +81,7 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   created_.emplace(path);
   out_.open(path, std::ios::app);
   if (!out_) {
-    throw IoError(concat("--metrics: cannot open ", path, " for writing: ", std::strerror(errno)));
+    throw IoError(concat("cannot open ", path, " for writing: ", std::strerror(errno)));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "ddp/world.h"
 
 namespace ddp {
 
@@ -209,6 +210,22 @@ std::unique_ptr<PendingReduction> PowerSGDHook::start(GradBucket& bucket, Proces
       payload, group, std::move(factors), std::move(p_flat), state.q_flat, std::move(p_work),
       std::move(plain), std::move(plain_flat), std::move(plain_work), bucket.buffer,
       std::move(input_copy), slot, options_.orthogonalization_epsilon());
+}
+
+PowerSGDOptions powersgd_options_from_spec(const std::string& arguments) {
+  PowerSGDOptions options;
+  // By name, compression starts after 100 steps rather than PyTorch's 1000, which is more than
+  // two epochs of the examples here.
+  options.start_iter(100);
+  if (arguments.empty()) return options;
+  const size_t colon = arguments.find(':');
+  const std::string what = concat("comm hook 'powersgd:", arguments, "'");
+  options.matrix_approximation_rank(
+      parse_int(arguments.substr(0, colon), what + " (rank)", 1, 1 << 16));
+  if (colon != std::string::npos) {
+    options.start_iter(parse_int(arguments.substr(colon + 1), what + " (start step)", 0, 1 << 30));
+  }
+  return options;
 }
 
 }  // namespace ddp

@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,7 +17,9 @@
 #include <gloo/common/error.h>
 
 #include "ddp/error.h"
+#include "process_group_backends.h"
 #include "torch_compat.h"
+#include "unique_fd.h"
 
 namespace ddp {
 namespace {
@@ -27,48 +28,24 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
 
-// Gloo's TCP transport (Debian 12's libgloo-dev, which LibTorch 1.13 uses) sends with writev(),
-// which cannot pass MSG_NOSIGNAL: a write to a peer that has just exited raises SIGPIPE, whose
-// default action kills this whole process before Gloo can report the broken connection. Python
-// ignores SIGPIPE, so PyTorch's ranks never see this. While it lives, this scope blocks SIGPIPE
-// in the calling thread, and the threads Gloo starts meanwhile (its socket loop and collective
-// workers, the only ones that write) inherit the mask: their writes then fail with EPIPE and the
-// collective with a PeerFailure naming the rank. The process's disposition is left alone.
-class SigpipeBlockedForNewThreads {
- public:
-  SigpipeBlockedForNewThreads() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
-  }
-  ~SigpipeBlockedForNewThreads() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
-  SigpipeBlockedForNewThreads(const SigpipeBlockedForNewThreads&) = delete;
-  SigpipeBlockedForNewThreads& operator=(const SigpipeBlockedForNewThreads&) = delete;
-
- private:
-  sigset_t old_;
-};
-
 // The local address the kernel would use to reach `host` (connecting a UDP socket sends nothing).
 std::string route_address_to(const std::string& host, int port) {
   sockaddr_in target{};
   target.sin_family = AF_INET;
   target.sin_port = htons(uint16_t(port));
   if (inet_pton(AF_INET, host.c_str(), &target.sin_addr) != 1) return "";
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
+  const UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return "";
   std::string result;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
     sockaddr_in local{};
     socklen_t len = sizeof local;
     char buf[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
         inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf)) {
       result = buf;
     }
   }
-  ::close(fd);
   return result;
 }
 
@@ -84,15 +61,15 @@ int store_listen_socket(const std::string& host, int port) {
   if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found))
     throw std::runtime_error(concat("cannot resolve ", host, ": ", gai_strerror(rc)));
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
-  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  UniqueFd fd(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const int on = 1;
-  if (fd < 0 || ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
-      ::bind(fd, found->ai_addr, found->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error(concat("cannot listen on ", host, ":", port, ": ", why));
+  if (!fd.valid() || ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+      ::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 ||
+      ::listen(fd.get(), SOMAXCONN) != 0) {
+    throw std::runtime_error(
+        concat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
   }
-  return fd;
+  return fd.release();  // the store owns it from here
 }
 
 // The rendezvous TCPStore; the server listens on `host` only where LibTorch allows it.
@@ -112,13 +89,13 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
   const std::string scheme = "tcp://";
   const size_t colon = url.rfind(':');
   if (url.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size()) {
-    throw InvalidArgument(concat("--init-method: '", url, "' is not of the form tcp://HOST:PORT"));
+    throw InvalidArgument(concat("init method '", url, "' is not of the form tcp://HOST:PORT"));
   }
   host = url.substr(scheme.size(), colon - scheme.size());
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  if (host.empty()) throw InvalidArgument(concat("--init-method: '", url, "' has no host"));
-  port = parse_int(url.substr(colon + 1), "--init-method port", 1, 65535);
+  if (host.empty()) throw InvalidArgument(concat("init method '", url, "' has no host"));
+  port = parse_int(url.substr(colon + 1), concat("init method '", url, "': the port"), 1, 65535);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,57 +156,53 @@ Work&& Work::then(std::function<void()> finish) && {
 ProcessGroup::~ProcessGroup() = default;
 
 bool ProcessGroup::has_backend(const std::string& backend) {
-#if defined(USE_C10D_NCCL)
-  if (backend == "nccl") return true;
-#endif
-#if defined(USE_C10D_MPI)
-  if (backend == "mpi") return true;
-#endif
-  return backend == "gloo";
+  for (const auto& entry : backends::all()) {
+    if (entry.name == backend) return entry.compiled;
+  }
+  return false;
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& options,
                                                  const WorldInfo& world) {
-  const int rank = options.rank >= 0 ? options.rank : world.rank;
-  const int size = options.world_size >= 0 ? options.world_size : world.world_size;
+  const int rank = options.rank() >= 0 ? options.rank() : world.rank;
+  const int size = options.world_size() >= 0 ? options.world_size() : world.world_size;
   if (size < 1) throw InvalidArgument(concat("world size ", size, " must be at least 1"));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument(
         concat("rank ", rank, " is not in [0, ", size, ") for world size ", size));
   }
-  const std::string& url = options.init_method;
+  const std::string& url = options.init_method();
   c10::intrusive_ptr<c10d::Store> store;
   std::string master_host = world.master_addr;
   try {
-    if (url == "env://" && std::getenv("DDP_STORE_FILE") != nullptr) {
+    if (url == "env://" && !world.store_file.empty()) {
       // ddprun on one node: a FileStore in the launcher's private directory, so no port is
       // opened at all (LibTorch 1.13's TCPStore server listens on every interface).
-      store = c10::make_intrusive<c10d::FileStore>(std::getenv("DDP_STORE_FILE"), size);
-      store->setTimeout(options.rendezvous_timeout);
+      store = c10::make_intrusive<c10d::FileStore>(world.store_file, size);
+      store->setTimeout(options.rendezvous_timeout());
       master_host = "127.0.0.1";
     } else if (url == "env://") {
       if (size > 1 && !world.master_port_set) {
         throw InvalidArgument(
             "init method env:// needs MASTER_ADDR and MASTER_PORT (set by torchrun, ddprun or "
-            "you); or pass --init-method tcp://HOST:PORT");
+            "you), or init method tcp://HOST:PORT");
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
-      store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout);
+      store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout());
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
-      store = tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout);
+      store = tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout());
     } else if (url.rfind("file://", 0) == 0) {
       const std::string path = url.substr(7);
-      if (path.empty()) throw InvalidArgument("--init-method file:// needs a path: file:///tmp/x");
+      if (path.empty()) throw InvalidArgument("init method file:// needs a path: file:///tmp/x");
       store = c10::make_intrusive<c10d::FileStore>(path, size);
-      store->setTimeout(options.rendezvous_timeout);
+      store->setTimeout(options.rendezvous_timeout());
       master_host = "127.0.0.1";
     } else {
-      throw InvalidArgument(
-          concat("--init-method: '", url,
-                 "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
+      throw InvalidArgument(concat(
+          "init method '", url, "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
     }
   } catch (const Error&) {
     throw;
@@ -241,16 +214,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
     if (in_use) {
       throw DistributedError(concat("rank 0: cannot host the store for ", url,
                                     ": the port is in use (", msg,
-                                    "); choose another port (--master-port / --init-method)"));
+                                    "); choose another port (MASTER_PORT, or the init method's)"));
     }
     throw DistributedError(concat("rank ", rank, ": cannot reach the store for ", url, " within ",
-                                  seconds(options.rendezvous_timeout), " s: ", msg,
+                                  seconds(options.rendezvous_timeout()), " s: ", msg,
                                   "; check that rank 0 is running and the address is right"));
   }
   ProcessGroupOptions resolved = options;
-  if (resolved.bind_address.empty() && !is_loopback_address(master_host) &&
+  if (resolved.bind_address().empty() && !is_loopback_address(master_host) &&
       std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
-    resolved.bind_address = route_address_to(master_host, world.master_port);
+    resolved.bind_address(route_address_to(master_host, world.master_port));
   }
   return init_with_store(store, rank, size, resolved);
 }
@@ -262,53 +235,21 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->store_ = c10::make_intrusive<c10d::PrefixStore>("ddp", store);
   group->rank_ = rank;
   group->size_ = world_size;
-  group->backend_ = options.backend;
-  group->timeout_ = options.timeout;
-  group->spin_before_sleep_ = options.spin_before_sleep;
-  group->device_ = options.device;
+  group->backend_ = options.backend();
+  group->timeout_ = options.timeout();
+  group->spin_before_sleep_ = options.spin_before_sleep();
+  group->device_ = options.device();
   group->backend_impl_ = std::make_unique<Backend>();
-  if (options.backend == "nccl") {
-#if defined(USE_C10D_NCCL)
-    if (!options.device.is_cuda()) {
-      throw InvalidArgument(
-          concat("--backend nccl moves GPU tensors only, but this rank's device is ",
-                 options.device.str(), "; use --device cuda or --backend gloo"));
-    }
-    compat::set_current_cuda_device(options.device);  // NCCL's communicator and barrier use it
-    group->check_rendezvous(options.rendezvous_timeout);
-    group->backend_impl_->group = compat::make_nccl(
-        c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank, world_size, options.timeout);
+  for (const auto& entry : backends::all()) {
+    if (entry.name != options.backend()) continue;
+    backends::ConnectArgs args{c10::make_intrusive<c10d::PrefixStore>(entry.name, store), rank,
+                               world_size, options,
+                               [&] { group->check_rendezvous(options.rendezvous_timeout()); }};
+    group->backend_impl_->group = entry.connect(args);
     return group;
-#else
-    throw InvalidArgument("--backend nccl: this LibTorch was built without CUDA/NCCL; use gloo");
-#endif
   }
-  if (options.backend == "mpi") {
-#if defined(USE_C10D_MPI)
-    group->check_rendezvous(options.rendezvous_timeout);
-    group->backend_impl_->group = compat::make_mpi();
-    return group;
-#else
-    throw InvalidArgument("--backend mpi: this LibTorch was built without MPI; use gloo");
-#endif
-  }
-  if (options.backend != "gloo") {
-    throw InvalidArgument(concat("--backend: unknown backend '", options.backend, "'; use gloo"));
-  }
-  group->check_rendezvous(options.rendezvous_timeout);
-  std::string host = options.bind_address.empty() ? "127.0.0.1" : options.bind_address;
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  try {
-    SigpipeBlockedForNewThreads no_sigpipe;
-    group->backend_impl_->group = compat::make_gloo(
-        c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size, options.timeout,
-        host, options.bind_address.empty() && ifname ? ifname : "");
-  } catch (const std::exception& e) {
-    throw DistributedError(concat(
-        "rank ", rank, ": cannot connect the gloo process group (bound to ",
-        ifname && options.bind_address.empty() ? ifname : host, "): ", first_line(e.what())));
-  }
-  return group;
+  throw InvalidArgument(
+      concat("unknown backend '", options.backend(), "'; use gloo, nccl (CUDA builds) or mpi"));
 }
 
 void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {

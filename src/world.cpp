@@ -79,6 +79,7 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     w.restart_count = get_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0, INT_MAX);
     const std::string* agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
     w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+    if (const std::string* file = get(env, "DDP_STORE_FILE")) w.store_file = *file;
     read_master(env, w);
   } else if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
     w.source = "slurm";

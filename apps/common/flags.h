@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -131,9 +132,21 @@ class FlagTable {
         }
         value = args[++i];
       }
-      flag->set(options, value);
+      set(*flag, options, value);
     }
     return args.size();
+  }
+
+  /// Sets `flag`'s value. An error that does not name the flag (the library's own words, which
+  /// know nothing of command lines) gets the flag's name in front.
+  static void set(const Flag<Options>& flag, Options& options, const std::string& value) {
+    try {
+      flag.set(options, value);
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      if (message.rfind(flag.name, 0) == 0) throw;
+      throw InvalidArgument(concat(flag.name, ": ", message));
+    }
   }
 
   /// The flags' part of --help, one flag a line (or two), and --help itself.
@@ -175,66 +188,85 @@ class FlagTable {
   bool underscores_ = false;
 };
 
+// The helpers below take `field` as a data member pointer (&Options::epochs) or as a callable
+// that returns a reference to the value (for TORCH_ARG options: [](auto& o) -> decltype(auto) {
+// return (o.nnodes()); }, see DDP_CLI_FIELD).
+
+/// The type a field holds.
+template <class Options, class Field>
+using FieldType =
+    std::remove_cv_t<std::remove_reference_t<std::invoke_result_t<const Field&, Options&>>>;
+
 /// A switch: no value; `field` becomes true when it is given.
-template <class Options>
-Flag<Options> switch_flag(std::string name, std::string help, bool Options::*field) {
-  return {std::move(name),
-          "",
-          std::move(help),
-          [field](Options& o, const std::string&) { o.*field = true; },
-          [field](const Options& o) { return std::string(o.*field ? "true" : "false"); },
-          ValueKind::kSwitch};
+template <class Options, class Field>
+Flag<Options> switch_flag(std::string name, std::string help, Field field) {
+  return {
+      std::move(name),
+      "",
+      std::move(help),
+      [field](Options& o, const std::string&) { std::invoke(field, o) = true; },
+      [field](const Options& o) { return std::string(std::invoke(field, o) ? "true" : "false"); },
+      ValueKind::kSwitch};
 }
 
 /// A flag whose value is any text, kept as it is.
-template <class Options>
-Flag<Options> text_flag(std::string name, std::string value, std::string help,
-                        std::string Options::*field) {
+template <class Options, class Field>
+Flag<Options> text_flag(std::string name, std::string value, std::string help, Field field) {
   return {std::move(name),
           std::move(value),
           std::move(help),
-          [field](Options& o, const std::string& v) { o.*field = v; },
-          [field](const Options& o) { return o.*field; },
+          [field](Options& o, const std::string& v) { std::invoke(field, o) = v; },
+          [field](const Options& o) { return std::string(std::invoke(field, o)); },
           ValueKind::kText};
 }
 
 /// An integer flag with a range, named in the message when the value is outside it.
-template <class Options, class Int>
-Flag<Options> int_flag(std::string name, std::string value, std::string help, Int Options::*field,
+template <class Options, class Field>
+Flag<Options> int_flag(std::string name, std::string value, std::string help, Field field,
                        int64_t min, int64_t max) {
+  using Int = FieldType<Options, Field>;
   const std::string flag = name;
   return {std::move(name),
           std::move(value),
           std::move(help),
-          [=](Options& o, const std::string& v) { o.*field = Int(parse_int64(flag, v, min, max)); },
-          [field](const Options& o) { return std::to_string(o.*field); },
+          [=](Options& o, const std::string& v) {
+            std::invoke(field, o) = Int(parse_int64(flag, v, min, max));
+          },
+          [field](const Options& o) { return std::to_string(std::invoke(field, o)); },
           ValueKind::kNumber};
 }
 
 /// A real-number flag with a range.
-template <class Options>
-Flag<Options> real_flag(std::string name, std::string value, std::string help,
-                        double Options::*field, double min, double max) {
+template <class Options, class Field>
+Flag<Options> real_flag(std::string name, std::string value, std::string help, Field field,
+                        double min, double max) {
   const std::string flag = name;
   return {std::move(name),
           std::move(value),
           std::move(help),
-          [=](Options& o, const std::string& v) { o.*field = parse_double(flag, v, min, max); },
-          [field](const Options& o) { return number_text(o.*field); },
+          [=](Options& o, const std::string& v) {
+            std::invoke(field, o) = parse_double(flag, v, min, max);
+          },
+          [field](const Options& o) { return number_text(std::invoke(field, o)); },
           ValueKind::kNumber};
 }
 
 /// A flag that is one of a closed set of names (an enum).
-template <class Options, class E>
-Flag<Options> choice_flag(std::string name, std::string value, std::string help, E Options::*field,
+template <class Options, class Field, class E = FieldType<Options, Field>>
+Flag<Options> choice_flag(std::string name, std::string value, std::string help, Field field,
                           std::string what, Names<E> names) {
   const std::string flag = name;
   return {std::move(name),
           std::move(value),
           std::move(help),
-          [=](Options& o, const std::string& v) { o.*field = parse_choice(flag, what, v, names); },
-          [=](const Options& o) { return choice_name(o.*field, names); },
+          [=](Options& o, const std::string& v) {
+            std::invoke(field, o) = parse_choice(flag, what, v, names);
+          },
+          [=](const Options& o) { return choice_name(std::invoke(field, o), names); },
           ValueKind::kText};
 }
 
 }  // namespace ddp::cli
+
+/// A field of TORCH_ARG options for the flag helpers: DDP_CLI_FIELD(nnodes).
+#define DDP_CLI_FIELD(name) [](auto& o) -> decltype(auto) { return (o.name()); }

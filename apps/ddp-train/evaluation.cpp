@@ -20,9 +20,9 @@ std::vector<int64_t> slice(const Session& s) {
 // Test images are read without augmentation, in large batches.
 data::LoaderOptions test_loader_options(const Session& s) {
   data::LoaderOptions options = s.loader_options;
-  options.transforms.crop_padding = 0;
-  options.transforms.horizontal_flip = false;
-  options.batch_size = std::max<int64_t>(s.loader_options.batch_size, 256);
+  options.transforms().crop_padding(0);
+  options.transforms().horizontal_flip(false);
+  options.batch_size(std::max<int64_t>(s.loader_options.batch_size(), 256));
   return options;
 }
 

@@ -73,18 +73,18 @@ int train(const std::vector<std::string>& args) {
     // The reference program's mp.spawn: this process becomes the launcher of N workers of
     // itself, with the same flags minus --nproc-per-node.
     ddp::LaunchOptions launch;
-    launch.name = "ddp-train";
-    launch.nproc_per_node = options.nproc_per_node;
-    if (world.master_port_set) launch.master_port = world.master_port;
-    launch.master_addr = world.master_addr;
-    launch.command = {self_executable()};
+    launch.name("ddp-train");
+    launch.nproc_per_node(options.nproc_per_node);
+    if (world.master_port_set) launch.master_port(world.master_port);
+    launch.master_addr(world.master_addr);
+    launch.command({self_executable()});
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--nproc-per-node") {
         ++i;
         continue;
       }
       if (args[i].rfind("--nproc-per-node=", 0) == 0) continue;
-      launch.command.push_back(args[i]);
+      launch.command().push_back(args[i]);
     }
     return ddp::launch(launch);
   }

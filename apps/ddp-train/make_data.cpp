@@ -63,20 +63,20 @@ int run_make_data(const std::vector<std::string>& args) {
   }
   if (o.out.empty()) throw InvalidArgument("make-data: --out DIR is required");
   data::SyntheticOptions options;
-  options.train_size = size_t(o.train);
-  options.test_size = size_t(o.test);
-  options.seed = uint64_t(o.seed);
-  options.signal = o.signal;
+  options.train_size(size_t(o.train));
+  options.test_size(size_t(o.test));
+  options.seed(uint64_t(o.seed));
+  options.signal(o.signal);
   switch (o.format) {
     case DataFormat::kCifar10:
       data::write_synthetic_cifar10(o.out, options);
       std::printf("wrote synthetic CIFAR-10 (%zu train, %zu test) to %s/cifar-10-batches-bin\n",
-                  options.train_size, options.test_size, o.out.c_str());
+                  options.train_size(), options.test_size(), o.out.c_str());
       break;
     case DataFormat::kIdx:
       data::write_synthetic_idx(o.out, options);
-      std::printf("wrote synthetic IDX data (%zu train, %zu test) to %s\n", options.train_size,
-                  options.test_size, o.out.c_str());
+      std::printf("wrote synthetic IDX data (%zu train, %zu test) to %s\n", options.train_size(),
+                  options.test_size(), o.out.c_str());
       break;
   }
   return 0;

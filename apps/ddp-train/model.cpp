@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "ddp/comm_hook.h"
+#include "ddp/comm_hook_registry.h"
 
 namespace ddp::train {
 

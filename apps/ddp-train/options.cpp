@@ -1,7 +1,7 @@
 #include "options.h"
 
 #include "config_file.h"
-#include "ddp/comm_hook.h"
+#include "ddp/comm_hook_registry.h"
 #include "ddp/error.h"
 #include "flags.h"
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "ddp/allocator.h"
+#include "ddp/error.h"
 
 namespace ddp::train {
 namespace {
@@ -79,13 +80,22 @@ JsonRecord epoch_record(const EpochReport& e, bool evaluated) {
   return record;
 }
 
+// --metrics FILE, named in the error when it cannot be opened.
+MetricsWriter open_metrics(const std::string& path) {
+  try {
+    return MetricsWriter(path);
+  } catch (const IoError& e) {
+    throw IoError(concat("--metrics: ", e.what()));
+  }
+}
+
 }  // namespace
 
 Reporter::Reporter(const TrainOptions& options, int rank, int world_size)
     : options_(options),
       root_(rank == 0),
       world_size_(world_size),
-      metrics_(root_ ? options.metrics : "") {
+      metrics_(open_metrics(root_ ? options.metrics : "")) {
   if (root_ && !options.tensorboard.empty()) tensorboard_.emplace(options.tensorboard);
 }
 

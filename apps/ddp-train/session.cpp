@@ -10,6 +10,7 @@
 #include "ddp/data/download.h"
 #include "ddp/error.h"
 #include "ddp/sync_batchnorm.h"
+#include "flag_hint.h"
 
 namespace ddp::train {
 namespace {
@@ -55,14 +56,15 @@ std::string backend_for(BackendKind backend, torch::Device device) {
 
 std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const Session& s) {
   ProcessGroupOptions pg;
-  pg.backend = s.backend;
+  pg.backend(s.backend);
   // NCCL exchanges tensors on this rank's GPU; Gloo takes CPU (and, in CUDA builds, GPU) ones.
-  if (s.backend == "nccl") pg.device = s.device;
-  pg.init_method = o.init_method;
-  pg.timeout = to_ms(o.timeout);
-  pg.rendezvous_timeout = to_ms(o.rendezvous_timeout);
-  pg.spin_before_sleep = std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000));
-  return ProcessGroup::init(pg, s.world);
+  if (s.backend == "nccl") pg.device(s.device);
+  pg.init_method(o.init_method);
+  pg.timeout(to_ms(o.timeout));
+  pg.rendezvous_timeout(to_ms(o.rendezvous_timeout));
+  pg.spin_before_sleep(std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000)));
+  return with_flag_hint("--backend, --init-method, --device",
+                        [&] { return ProcessGroup::init(pg, s.world); });
 }
 
 // Rank 0 downloads while the others wait, then everyone maps the same files.
@@ -75,14 +77,16 @@ void open_data(const TrainOptions& o, Session& s) {
     }
     if (s.is_root()) {
       data::DownloadOptions d;
-      if (!o.download_url.empty()) d.url = o.download_url;
-      if (!o.download_md5.empty()) d.md5 = o.download_md5;
-      data::download_cifar10(dir, d);
+      if (!o.download_url.empty()) d.url(o.download_url);
+      if (!o.download_md5.empty()) d.md5(o.download_md5);
+      with_flag_hint("--data-dir, --download-url", [&] { data::download_cifar10(dir, d); });
     }
     if (s.group) s.group->barrier();
   }
-  s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
-  s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
+  with_flag_hint("--data-dir DIR, --download, or a synthetic set from `ddp-train make-data`", [&] {
+    s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
+    s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
+  });
   const data::ImageShape shape = s.train_set->shape();
   if (shape.height != shape.width) {
     throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x",
@@ -115,8 +119,10 @@ void synchronise_batch_norm(const TrainOptions& o, Session& s) {
 void build_model(const TrainOptions& o, Session& s) {
   const data::ImageShape shape = s.train_set->shape();
   torch::manual_seed(o.seed);
-  s.model = models::make_classifier(to_string(o.model), shape.channels, shape.height,
-                                    s.train_set->num_classes());
+  s.model = with_flag_hint("--model, --dataset", [&] {
+    return models::make_classifier(to_string(o.model), shape.channels, shape.height,
+                                   s.train_set->num_classes());
+  });
   if (s.group) synchronise_batch_norm(o, s);
   if (o.channels_last) {
     // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
@@ -130,11 +136,11 @@ void build_model(const TrainOptions& o, Session& s) {
 
 data::TransformOptions make_transforms(const TrainOptions& o) {
   data::TransformOptions t;
-  t.normalize = o.normalize;
-  if (o.normalize) data::default_normalization(o.dataset, t.mean, t.std);
-  t.crop_padding = o.random_crop ? 4 : 0;
-  t.horizontal_flip = o.horizontal_flip;
-  t.seed = o.seed;
+  t.normalize(o.normalize);
+  if (o.normalize) data::default_normalization(o.dataset, t.mean(), t.std());
+  t.crop_padding(o.random_crop ? 4 : 0);
+  t.horizontal_flip(o.horizontal_flip);
+  t.seed(o.seed);
   return t;
 }
 
@@ -185,9 +191,9 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   }
   open_data(o, s);
   build_model(o, s);
-  s.loader_options.batch_size = o.batch_size;
-  s.loader_options.channels_last = o.channels_last;
-  s.loader_options.transforms = make_transforms(o);
+  s.loader_options.batch_size(o.batch_size);
+  s.loader_options.channels_last(o.channels_last);
+  s.loader_options.transforms(make_transforms(o));
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include "ddp/sampler.h"
 #include "evaluation.h"
 #include "fault.h"
+#include "flag_hint.h"
 #include "model.h"
 #include "optimizer.h"
 #include "session.h"
@@ -31,9 +32,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 // The training sampler's options: shuffled by --seed, padded unless --no-pad.
 SamplerOptions sampler_options(const TrainOptions& o) {
-  SamplerOptions sampling{true, o.seed, false};
-  sampling.pad = !o.no_pad;
-  return sampling;
+  return SamplerOptions().shuffle(true).seed(o.seed).drop_last(false).pad(!o.no_pad);
 }
 
 // Optimizer steps per epoch: rank 0's (it has the most), the same count on every rank, so the
@@ -83,7 +82,9 @@ Position restore(const TrainOptions& o, const Session& s, TrainOptimizer& optimi
     }
     return {};
   }
-  const CheckpointState state = optimizer.load(resume, *s.model);
+  const CheckpointState state =
+      with_flag_hint("--resume, --optimizer; a plain state dict goes to --init-from",
+                     [&] { return optimizer.load(resume, *s.model); });
   if (state.rng_state.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(state.rng_state);

@@ -20,27 +20,28 @@ const ddp::cli::FlagTable<O>& table() {
       "ddprun",
       {
           int_flag<O>("--nproc-per-node", "N", "workers on this node (default 1)",
-                      &O::nproc_per_node, 1, 1024),
-          int_flag<O>("--nnodes", "M", "nodes in the job (default 1)", &O::nnodes, 1, 65536),
+                      DDP_CLI_FIELD(nproc_per_node), 1, 1024),
+          int_flag<O>("--nnodes", "M", "nodes in the job (default 1)", DDP_CLI_FIELD(nnodes), 1,
+                      65536),
           int_flag<O>("--node-rank", "R",
-                      "this node's index, 0..M-1 (default 0; node 0 hosts rank 0)", &O::node_rank,
-                      0, 65535),
+                      "this node's index, 0..M-1 (default 0; node 0 hosts rank 0)",
+                      DDP_CLI_FIELD(node_rank), 0, 65535),
           text_flag<O>("--master-addr", "A",
                        "rank 0's node address (default 127.0.0.1; required across nodes)",
-                       &O::master_addr),
+                       DDP_CLI_FIELD(master_addr)),
           int_flag<O>("--master-port", "P",
                       "the store's port (default: a free port; required across nodes)",
-                      &O::master_port, 1, 65535),
+                      DDP_CLI_FIELD(master_port), 1, 65535),
           int_flag<O>("--max-restarts", "K",
                       "restart the workers up to K times after a failure (default 0)",
-                      &O::max_restarts, 0, 1000),
+                      DDP_CLI_FIELD(max_restarts), 0, 1000),
           real_flag<O>("--grace", "SECONDS",
                        "between SIGTERM and SIGKILL when stopping workers (default 5)",
-                       &O::grace_seconds, 0, 3600),
+                       DDP_CLI_FIELD(grace_seconds), 0, 3600),
           text_flag<O>("--log-dir", "DIR", "also write each rank's output whole to DIR/rank_N.log",
-                       &O::log_dir),
+                       DDP_CLI_FIELD(log_dir)),
           switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
-                         &O::console_rank0_only),
+                         DDP_CLI_FIELD(console_rank0_only)),
       },
       /*underscores_as_dashes=*/true);
   return flags;
@@ -68,7 +69,7 @@ int main(int argc, char** argv) {
       std::fputs(help().c_str(), stdout);
       return 0;
     }
-    o.command.assign(args.begin() + long(program), args.end());
+    o.command({args.begin() + long(program), args.end()});
     return ddp::launch(o);
   } catch (const ddp::InvalidArgument& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());

@@ -2,7 +2,7 @@
 // plain posix_memalign, with no cache (1.13 and 2.x alike), and glibc serves large blocks with
 // mmap and returns them to the kernel on free: every step's activations (16 MiB for the
 // reference Net's first layer at batch 64) were then fresh pages, faulted in and zeroed by the
-// kernel. Measured on the 2-vCPU machine: 376 against ~1,050 images/s on one thread.
+// kernel, which cost more than half of a step's time (docs/performance.md has the figures).
 #pragma once
 
 #include <cstddef>
@@ -47,11 +47,10 @@ struct CpuTensorCacheStats {
 /// Smaller blocks are LibTorch's as before (c10::alloc_cpu, c10::free_cpu).
 /// - Why: without it, glibc places each step's blocks afresh among its free chunks; now and then
 ///   a step finds no chunk that fits, the heap grows by tens of MiB, and that step faults in
-///   every new page. On the 2-vCPU VM: 100-200 ms against ~30 ms for a step, a few times in 150
-///   steps, a different step on each rank, and ranks in step wait for each one.
+///   every new page, taking several times as long as a step; each rank hits it on a different
+///   step, and ranks in step wait for every one of them.
 /// - A block new to the cache has its pages faulted in at once (madvise MADV_POPULATE_WRITE,
-///   Linux 5.14+). On this VM, populating 113 MiB that way took ~5 ms, where faulting 54 MiB in
-///   page by page during a step took 162 ms.
+///   Linux 5.14+): one call is much cheaper than faulting the same pages one by one.
 /// - Memory: the cache holds, per size, as many blocks as were ever in use at once, across
 ///   phases (training and evaluation sizes both). Once idle blocks exceed
 ///   set_cpu_tensor_cache_limit() (see cache_cpu_tensors()), the next allocation that finds none

@@ -3,7 +3,7 @@
 // by rank 0 only, atomically (temporary file, fsync, rename), so a crash leaves the previous one
 // intact. Files are pickled dicts of tensors and plain values only: loading one never runs code.
 // State dicts (--export) load in Python with torch.load + load_state_dict, and Python's
-// torch.save(net.state_dict(), ...) files load here (--init-from).
+// torch.save(net.state_dict(), ...) files load here (ddp-train --init-from).
 #pragma once
 
 #include <cstdint>

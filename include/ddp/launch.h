@@ -8,31 +8,33 @@
 #include <string>
 #include <vector>
 
+#include <torch/arg.h>
+
 namespace ddp {
 
 /// What to start and how to watch it.
 struct LaunchOptions {
-  int nproc_per_node = 1;
-  int nnodes = 1;
-  int node_rank = 0;
+  TORCH_ARG(int, nproc_per_node) = 1;
+  TORCH_ARG(int, nnodes) = 1;
+  TORCH_ARG(int, node_rank) = 0;
   /// Rank 0's host; every node must reach it. Default: loopback (one node).
-  std::string master_addr = "127.0.0.1";
+  TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   /// 0: pick a free port (one node only).
-  int master_port = 0;
+  TORCH_ARG(int, master_port) = 0;
   /// Restarts of the whole local group after a failure.
-  int max_restarts = 0;
+  TORCH_ARG(int, max_restarts) = 0;
   /// Seconds between SIGTERM and SIGKILL when stopping workers.
-  double grace_seconds = 5;
+  TORCH_ARG(double, grace_seconds) = 5;
   /// Per-rank log files rank_N.log here (empty: none).
-  std::string log_dir;
+  TORCH_ARG(std::string, log_dir);
   /// Show only rank 0's output on the console (all ranks still go to the log files).
-  bool console_rank0_only = false;
+  TORCH_ARG(bool, console_rank0_only) = false;
   /// Lines of a failed worker's stderr to print.
-  int tail_lines = 20;
+  TORCH_ARG(int, tail_lines) = 20;
   /// The program and its arguments.
-  std::vector<std::string> command;
+  TORCH_ARG(std::vector<std::string>, command);
   /// Name used in the launcher's own messages.
-  std::string name = "ddprun";
+  TORCH_ARG(std::string, name) = "ddprun";
 };
 
 /// The exit status of a worker that failed only because another rank did (a collective lost its

@@ -40,6 +40,10 @@ struct PowerSGDOptions {
   TORCH_ARG(uint64_t, seed) = 0;
 };
 
+/// The options a spec's arguments "RANK[:START]" give (the part after "powersgd:"; empty: the
+/// defaults, except that compression starts after 100 steps). Throws InvalidArgument naming them.
+PowerSGDOptions powersgd_options_from_spec(const std::string& arguments);
+
 class PowerSGDHook : public CommHook {
  public:
   explicit PowerSGDHook(PowerSGDOptions options = {});

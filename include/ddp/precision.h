@@ -14,9 +14,9 @@ namespace ddp {
 /// bfloat16 on the CPU or a GPU; needs no loss scaling, unlike fp16).
 enum class Precision { kFp32, kBf16 };
 
-/// Parses "fp32" or "bf16"; throws InvalidArgument naming `flag` otherwise ("--precision:
+/// Parses "fp32" or "bf16"; throws InvalidArgument starting with `what` otherwise ("precision:
 /// unknown precision 'fp16'; use fp32 or bf16").
-Precision parse_precision(const std::string& text, const std::string& flag = "--precision");
+Precision parse_precision(const std::string& text, const std::string& what = "precision");
 std::string to_string(Precision precision);
 
 /// Enables autocast for `device`'s type in `precision` until destroyed, then restores the

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <c10/util/intrusive_ptr.h>
+#include <torch/arg.h>
 #include <torch/types.h>
 
 #include "ddp/world.h"
@@ -25,29 +26,28 @@ namespace ddp {
 /// How to join: the PyTorch init_process_group arguments.
 struct ProcessGroupOptions {
   /// "gloo" (CPU), "nccl" (CUDA builds), "mpi" (MPI builds).
-  std::string backend = "gloo";
+  TORCH_ARG(std::string, backend) = "gloo";
   /// "env://", "tcp://host:port" or "file:///path".
-  std::string init_method = "env://";
+  TORCH_ARG(std::string, init_method) = "env://";
   /// Overrides of the rank and world size the environment gives (-1: use the environment).
-  int rank = -1;
-  int world_size = -1;
+  TORCH_ARG(int, rank) = -1;
+  TORCH_ARG(int, world_size) = -1;
   /// Limit for every collective; a peer that stops answering fails the job after this.
-  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
   /// Limit for all ranks to meet at the start (store reachable, every rank present).
-  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(2);
+  TORCH_ARG(std::chrono::milliseconds, rendezvous_timeout) = std::chrono::minutes(2);
   /// Local address for the collectives' sockets; empty: loopback when the master is loopback,
   /// else GLOO_SOCKET_IFNAME's interface, else the address that routes to the master.
-  std::string bind_address;
+  TORCH_ARG(std::string, bind_address);
   /// The device whose tensors the backend moves: the CPU for gloo and mpi; for nccl this rank's
   /// GPU (cuda:LOCAL_RANK, made the current device). Tensors on another device (the CPU-side
   /// flags and counts ddp.cpp exchanges) travel through a copy on this one.
-  torch::Device device = torch::kCPU;
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
   /// How long Work::wait() polls a collective for completion, yielding the core between polls,
-  /// before it sleeps on it. Waking a sleeping thread can take milliseconds on a VM, longer than a
-  /// small all-reduce; both the all-reduce's tail and the ranks' drift apart after it come from
-  /// there (measured on a 2-vCPU VM: DDP's exposed time per step 3.7-4.2 -> 2.0-2.4 ms with 20 ms).
-  /// Zero (the default, as PyTorch's Gloo): sleep at once.
-  std::chrono::microseconds spin_before_sleep{0};
+  /// before it sleeps on it. On a VM, waking a sleeping thread can take longer than a small
+  /// all-reduce, and the ranks drift apart after each such wake-up; polling avoids both
+  /// (docs/performance.md has the figures). Zero (the default, as PyTorch's Gloo): sleep at once.
+  TORCH_ARG(std::chrono::microseconds, spin_before_sleep) = std::chrono::microseconds(0);
 };
 
 /// Handle on one asynchronous collective.

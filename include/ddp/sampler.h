@@ -8,18 +8,20 @@
 #include <cstdint>
 #include <vector>
 
+#include <torch/arg.h>
+
 namespace ddp {
 
 /// Options of DistributedSampler, with torch.utils.data.distributed.DistributedSampler's
 /// defaults.
 struct SamplerOptions {
-  bool shuffle = true;
-  uint64_t seed = 0;
-  bool drop_last = false;
+  TORCH_ARG(bool, shuffle) = true;
+  TORCH_ARG(uint64_t, seed) = 0;
+  TORCH_ARG(bool, drop_last) = false;
   /// Repeat indices so every rank gets the same number (PyTorch's behaviour). false: rank r
   /// gets indices r, r + W, r + 2W, ... of the shuffled order, nothing repeated (ignored with
   /// drop_last).
-  bool pad = true;
+  TORCH_ARG(bool, pad) = true;
 };
 
 /// The indices one rank visits in one epoch.

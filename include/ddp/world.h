@@ -27,6 +27,8 @@ struct WorldInfo {
   bool master_port_set = false;  // MASTER_PORT (or the launcher's) was given
   int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
   bool agent_store = false;      // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store
+  /// DDP_STORE_FILE: ddprun on one node rendezvouses through this file instead of a port.
+  std::string store_file;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"
 
   /// Reads the process environment (see the file comment); throws InvalidArgument naming the

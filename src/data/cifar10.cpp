@@ -29,8 +29,9 @@ std::string Cifar10Dataset::resolve_dir(const std::string& dir, Split split) {
   const std::string nested = dir + "/cifar-10-batches-bin";
   if (is_file(nested + "/" + first)) return nested;
   throw IoError(concat("CIFAR-10 not found: neither ", dir, "/", first, " nor ", nested, "/", first,
-                       " exists; pass --data-dir pointing at cifar-10-batches-bin (or its parent), "
-                       "add --download, or make a synthetic set with `ddp-train make-data`"));
+                       " exists; point the data directory at cifar-10-batches-bin (or its "
+                       "parent), download it first (ddp::data::download_cifar10), or write a "
+                       "synthetic set (ddp::data::write_synthetic_cifar10)"));
 }
 
 Cifar10Dataset::Cifar10Dataset(const std::string& dir, Split split) {

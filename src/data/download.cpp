@@ -42,7 +42,7 @@ std::string md5_file(const std::string& path) {
 
 void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   if (cifar_complete(dir + "/cifar-10-batches-bin")) return;
-  throw InvalidArgument(concat("cannot download ", options.url,
+  throw InvalidArgument(concat("cannot download ", options.url(),
                                ": this build has no libcurl, "
                                "libarchive and OpenSSL (DDP_WITH_DOWNLOAD=OFF); fetch the archive "
                                "yourself and unpack it into ",
@@ -81,7 +81,7 @@ void fetch(const std::string& url, const std::string& dest, long timeout_seconds
     throw IoError(
         concat("download of ", url, " failed: ", errbuf[0] ? errbuf : curl_easy_strerror(rc),
                "; check the network, or fetch cifar-10-binary.tar.gz yourself and unpack it "
-               "into --data-dir"));
+               "into the data directory"));
   }
   if (std::fflush(out.get()) != 0) throw IoError(concat("cannot write ", dest, ": disk full?"));
 }
@@ -167,7 +167,7 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   const std::string root = dir + "/cifar-10-batches-bin";
   if (cifar_complete(root)) return;
   if (path_exists(root)) {
-    throw IoError(concat(root, " exists but is incomplete; remove it and run --download again"));
+    throw IoError(concat(root, " exists but is incomplete; remove it and download again"));
   }
   make_directories(dir);
   std::string staging_template = dir + "/.cifar10-download-XXXXXX";
@@ -179,16 +179,16 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   const std::string staging(name.data());
   try {
     const std::string archive = staging + "/cifar-10-binary.tar.gz";
-    fetch(options.url, archive, options.timeout_seconds);
+    fetch(options.url(), archive, options.timeout_seconds());
     const std::string md5 = md5_file(archive);
-    if (md5 != options.md5) {
-      throw DataError(concat("download of ", options.url, " has MD5 ", md5, ", expected ",
-                             options.md5, "; the file is corrupt or not CIFAR-10 — try again"));
+    if (md5 != options.md5()) {
+      throw DataError(concat("download of ", options.url(), " has MD5 ", md5, ", expected ",
+                             options.md5(), "; the file is corrupt or not CIFAR-10 — try again"));
     }
     extract(archive, staging);
     if (!cifar_complete(staging + "/cifar-10-batches-bin")) {
       throw DataError(
-          concat(options.url, " does not contain cifar-10-batches-bin with all 6 batch files"));
+          concat(options.url(), " does not contain cifar-10-batches-bin with all 6 batch files"));
     }
     if (::rename((staging + "/cifar-10-batches-bin").c_str(), root.c_str()) != 0) {
       throw IoError(concat("cannot move the unpacked data to ", root, ": ", std::strerror(errno)));

@@ -34,7 +34,7 @@ std::string find_idx_file(const std::string& dir, const std::string& base,
     }
   }
   throw IoError(concat(what, " not found: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
-                       " exists; pass --data-dir pointing at the directory holding the IDX files"));
+                       " exists; point the data directory at the one holding the IDX files"));
 }
 
 }  // namespace

@@ -23,10 +23,10 @@ constexpr int kClasses = 10;
 class SampleMaker {
  public:
   SampleMaker(size_t image_bytes, const SyntheticOptions& options)
-      : bytes_(image_bytes), signal_(options.signal), rng_(options.seed) {
-    if (options.signal <= 0 || options.signal > 1) {
+      : bytes_(image_bytes), signal_(options.signal()), rng_(options.seed()) {
+    if (options.signal() <= 0 || options.signal() > 1) {
       throw InvalidArgument(
-          concat("synthetic data: signal ", options.signal, " must be in (0, 1]"));
+          concat("synthetic data: signal ", options.signal(), " must be in (0, 1]"));
     }
     for (auto& proto : prototypes_) {
       proto.resize(bytes_);
@@ -111,11 +111,11 @@ void write_synthetic_cifar10(const std::string& dir, const SyntheticOptions& opt
   make_directories(root);
   SampleMaker maker(kCifarRecordBytes - 1, options);
   const auto train_files = Cifar10Dataset::file_names(Split::kTrain);
-  const size_t per_file = (options.train_size + train_files.size() - 1) / train_files.size();
+  const size_t per_file = (options.train_size() + train_files.size() - 1) / train_files.size();
   size_t written = 0;
   for (const std::string& name : train_files) {
     std::string records;
-    const size_t count = std::min(per_file, options.train_size - written);
+    const size_t count = std::min(per_file, options.train_size() - written);
     if (count == 0) throw InvalidArgument("synthetic CIFAR-10 needs at least 5 training images");
     for (size_t i = 0; i < count; ++i) {
       const int label = maker.next_label();
@@ -126,7 +126,7 @@ void write_synthetic_cifar10(const std::string& dir, const SyntheticOptions& opt
     write_file_atomic(root + "/" + name, records);
   }
   std::string test;
-  for (size_t i = 0; i < options.test_size; ++i) {
+  for (size_t i = 0; i < options.test_size(); ++i) {
     const int label = maker.next_label();
     test.push_back(char(label));
     maker.append(label, test);
@@ -137,8 +137,8 @@ void write_synthetic_cifar10(const std::string& dir, const SyntheticOptions& opt
 void write_synthetic_idx(const std::string& dir, const SyntheticOptions& options) {
   make_directories(dir);
   SampleMaker maker(28 * 28, options);
-  write_idx_split(dir, "train", options.train_size, maker);
-  write_idx_split(dir, "t10k", options.test_size, maker);
+  write_idx_split(dir, "train", options.train_size(), maker);
+  write_idx_split(dir, "t10k", options.test_size(), maker);
 }
 
 }  // namespace ddp::data

@@ -38,24 +38,24 @@ void transform_image(const Dataset& dataset, size_t index, const TransformOption
                      int64_t epoch, int64_t batch, size_t slot, float* out) {
   const ImageShape shape = dataset.shape();
   const uint8_t* in = dataset.image(index);
-  const int pad = options.crop_padding;
+  const int pad = options.crop_padding();
   int dy = 0, dx = 0;
   bool flip = false;
-  if (pad > 0 || options.horizontal_flip) {
+  if (pad > 0 || options.horizontal_flip()) {
     std::mt19937_64 rng(
-        mix(options.seed ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
+        mix(options.seed() ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
     if (pad > 0) {
       dy = int(rng() % uint64_t(2 * pad + 1)) - pad;
       dx = int(rng() % uint64_t(2 * pad + 1)) - pad;
     }
-    flip = options.horizontal_flip && (rng() & 1);
+    flip = options.horizontal_flip() && (rng() & 1);
   }
   const int H = shape.height, W = shape.width;
   for (int c = 0; c < shape.channels; ++c) {
     // Exactly torchvision: ToTensor divides by 255, Normalize then subtracts and divides.
-    const bool norm = options.normalize;
-    const float mean = norm ? options.mean[size_t(c)] : 0.0f;
-    const float std = norm ? options.std[size_t(c)] : 1.0f;
+    const bool norm = options.normalize();
+    const float mean = norm ? options.mean()[size_t(c)] : 0.0f;
+    const float std = norm ? options.std()[size_t(c)] : 1.0f;
     auto convert = [&](float pixel) {
       const float x = pixel / 255.0f;
       return norm ? (x - mean) / std : x;

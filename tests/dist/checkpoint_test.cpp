@@ -35,7 +35,7 @@ class CheckpointTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    data::write_synthetic_cifar10(data_->path(), {800, 300, 0, 0.5});
+    data::write_synthetic_cifar10(data_->path(), data::SyntheticOptions(800, 300).seed(0));
   }
   static void TearDownTestSuite() { delete data_; }
   std::vector<std::string> train(std::vector<std::string> extra) const {
@@ -250,7 +250,8 @@ TEST_F(CheckpointTest, CheckpointFromLibTorch113EvaluatesAndResumesHere) {
   const std::string fixture = test::source_dir() + "/tests/data/checkpoint-libtorch-1.13.0";
   const double accuracy = std::stod(test::read_file(fixture + ".test_acc"));
   test::TempDir dir;
-  data::write_synthetic_cifar10(dir / "data", {256, 64, 7, 0.5});  // the fixture's data set
+  data::write_synthetic_cifar10(dir / "data",
+                                data::SyntheticOptions(256, 64).seed(7));  // the fixture's data set
   const auto eval = test::run(
       {test::train_bin(), "evaluate", "--checkpoint", fixture + ".pt", "--data-dir", dir / "data"});
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
@@ -291,7 +292,7 @@ TEST_F(CheckpointTest, TruncatedCheckpointIsRejectedAndNotOverwritten) {
 TEST_F(CheckpointTest, CheckpointOfAnotherModelListsTheDifferences) {
   test::TempDir dir;
   ASSERT_EQ(test::run(train({"--epochs", "1", "--checkpoint-dir", dir / "ck"})).exit_code, 0);
-  data::write_synthetic_idx(dir / "idx", {50, 20, 0, 0.5});
+  data::write_synthetic_idx(dir / "idx", data::SyntheticOptions(50, 20).seed(0));
   const auto r = test::run({test::train_bin(), "evaluate", "--dataset", "mnist", "--data-dir",
                             dir / "idx", "--checkpoint", checkpoint_path(dir / "ck", 1)});
   EXPECT_EQ(r.exit_code, 1);

@@ -8,7 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "ddp/comm_hook.h"
+#include "ddp/comm_hook_registry.h"
 #include "ddp/ddp.h"
 #include "ddp/error.h"
 #include "ddp/powersgd.h"

@@ -21,14 +21,14 @@ bool gpu_with_nccl() { return torch::cuda::is_available() && ProcessGroup::has_b
 
 std::shared_ptr<ProcessGroup> nccl_world_of_one() {
   ProcessGroupOptions options;
-  options.backend = "nccl";
-  options.device = torch::Device(torch::kCUDA, 0);
+  options.backend("nccl");
+  options.device(torch::Device(torch::kCUDA, 0));
   return ProcessGroup::init_with_store(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
 }
 
 TEST(Gpu, NcclNeedsAGpuDevice) {
   ProcessGroupOptions options;
-  options.backend = "nccl";  // device left at the CPU
+  options.backend("nccl");  // device left at the CPU
   try {
     ProcessGroup::init_with_store(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
     FAIL() << "nccl on the CPU was accepted";

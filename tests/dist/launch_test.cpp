@@ -65,7 +65,7 @@ class LaunchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    data::write_synthetic_cifar10(data_->path(), {4000, 200, 0, 0.5});
+    data::write_synthetic_cifar10(data_->path(), data::SyntheticOptions(4000, 200).seed(0));
   }
   static void TearDownTestSuite() { delete data_; }
   std::string marker() const {
@@ -368,11 +368,27 @@ TEST_F(LaunchTest, BadFlagsAreClearErrors) {
   const auto nodes =
       test::run({ddprun_bin(), "--nnodes", "2", "--node-rank", "2", "--", "/bin/true"});
   EXPECT_EQ(nodes.exit_code, 2);
-  EXPECT_NE(nodes.output.find("--node-rank 2 is not in [0, 2)"), std::string::npos) << nodes.output;
+  EXPECT_NE(nodes.output.find("node_rank 2 is not in [0, nnodes) = [0, 2)"), std::string::npos)
+      << nodes.output;
   const auto port =
       test::run({ddprun_bin(), "--nnodes", "2", "--master-addr", "hostx", "--", "/bin/true"});
   EXPECT_EQ(port.exit_code, 2);
-  EXPECT_NE(port.output.find("--master-port is required"), std::string::npos) << port.output;
+  EXPECT_NE(port.output.find("master_port is required with nnodes > 1"), std::string::npos)
+      << port.output;
+  // Every value is checked, and torchrun's spellings work.
+  const auto grace = test::run({ddprun_bin(), "--grace", "soon", "--", "/bin/true"});
+  EXPECT_EQ(grace.exit_code, 2);
+  EXPECT_NE(grace.output.find("--grace: 'soon' is not a number in [0, 3600]"), std::string::npos)
+      << grace.output;
+  const auto unknown = test::run({ddprun_bin(), "--nprocs", "2", "--", "/bin/true"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("unknown argument '--nprocs'; see ddprun --help"),
+            std::string::npos)
+      << unknown.output;
+  const auto torchrun = test::run({ddprun_bin(), "--nproc_per_node=2", "--max_restarts", "0",
+                                   "/bin/sh", "-c", "echo rank $RANK of $WORLD_SIZE"});
+  EXPECT_EQ(torchrun.exit_code, 0) << torchrun.output;
+  EXPECT_NE(torchrun.output.find("rank 1 of 2"), std::string::npos) << torchrun.output;
 }
 
 }  // namespace

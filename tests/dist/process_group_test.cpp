@@ -62,7 +62,7 @@ TEST(ProcessGroup, ManyConcurrentAsynchronousAllReducesAllComplete) {
 
 TEST(ProcessGroup, WaitsThatPollFirstGiveTheSameValuesAndStillWaitForASlowPeer) {
   ProcessGroupOptions options;
-  options.spin_before_sleep = 2ms;
+  options.spin_before_sleep(2ms);
   const auto errors = test::run_ranks(
       2,
       [](int rank, std::shared_ptr<ProcessGroup> group) {
@@ -107,7 +107,7 @@ TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::string error0, error1;
   ProcessGroupOptions options;
-  options.rendezvous_timeout = 5s;
+  options.rendezvous_timeout(5s);
   std::thread t0([&] {
     try {
       ProcessGroup::init_with_store(store, 0, 2, options);
@@ -134,10 +134,10 @@ TEST(ProcessGroup, MismatchedWorldSizeIsNamed) {
 
 TEST(ProcessGroup, MissingRankTimesOutNamingIt) {
   ProcessGroupOptions options;
-  options.init_method = "tcp://127.0.0.1:" + std::to_string(test::free_port());
-  options.rank = 0;
-  options.world_size = 3;
-  options.rendezvous_timeout = 1s;
+  options.init_method("tcp://127.0.0.1:" + std::to_string(test::free_port()));
+  options.rank(0);
+  options.world_size(3);
+  options.rendezvous_timeout(1s);
   const auto start = std::chrono::steady_clock::now();
   try {
     ProcessGroup::init(options, WorldInfo{});
@@ -152,10 +152,10 @@ TEST(ProcessGroup, MissingRankTimesOutNamingIt) {
 
 TEST(ProcessGroup, UnreachableStoreFailsWithinTheTimeout) {
   ProcessGroupOptions options;
-  options.init_method = "tcp://127.0.0.1:" + std::to_string(test::free_port());
-  options.rank = 1;
-  options.world_size = 2;
-  options.rendezvous_timeout = 1s;
+  options.init_method("tcp://127.0.0.1:" + std::to_string(test::free_port()));
+  options.rank(1);
+  options.world_size(2);
+  options.rendezvous_timeout(1s);
   const auto start = std::chrono::steady_clock::now();
   try {
     ProcessGroup::init(options, WorldInfo{});
@@ -177,10 +177,10 @@ TEST(ProcessGroup, PortInUseIsNamed) {
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ProcessGroupOptions options;
-  options.init_method = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin6_port));
-  options.rank = 0;
-  options.world_size = 2;
-  options.rendezvous_timeout = 1s;
+  options.init_method("tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin6_port)));
+  options.rank(0);
+  options.world_size(2);
+  options.rendezvous_timeout(1s);
   try {
     ProcessGroup::init(options, WorldInfo{});
     ADD_FAILURE() << "no error";
@@ -198,10 +198,10 @@ TEST(ProcessGroup, FileStoreRendezvous) {
     threads.emplace_back([&, r] {
       try {
         ProcessGroupOptions options;
-        options.init_method = "file://" + dir / "store";
-        options.rank = r;
-        options.world_size = 2;
-        options.rendezvous_timeout = 20s;
+        options.init_method("file://" + dir / "store");
+        options.rank(r);
+        options.world_size(2);
+        options.rendezvous_timeout(20s);
         auto group = ProcessGroup::init(options, WorldInfo{});
         torch::Tensor t = torch::ones({2});
         group->allreduce(t).wait();
@@ -217,13 +217,13 @@ TEST(ProcessGroup, FileStoreRendezvous) {
 
 TEST(ProcessGroup, RejectsUnknownInitMethodAndBackend) {
   ProcessGroupOptions options;
-  options.init_method = "udp://x:1";
-  options.rank = 0;
-  options.world_size = 2;
+  options.init_method("udp://x:1");
+  options.rank(0);
+  options.world_size(2);
   EXPECT_THROW(ProcessGroup::init(options, WorldInfo{}), InvalidArgument);
   auto store = c10::make_intrusive<c10d::HashStore>();
   ProcessGroupOptions nccl;
-  nccl.backend = "nccl";
+  nccl.backend("nccl");
   EXPECT_THROW(ProcessGroup::init_with_store(store, 0, 1, nccl), InvalidArgument);
   std::string host;
   int port = 0;

@@ -130,8 +130,8 @@ std::vector<std::string> run_ranks(
     threads.emplace_back([&, r] {
       try {
         ProcessGroupOptions options = base;
-        options.timeout = timeout;
-        options.rendezvous_timeout = timeout;
+        options.timeout(timeout);
+        options.rendezvous_timeout(timeout);
         auto group = ProcessGroup::init_with_store(store, r, world, options);
         fn(r, group);
       } catch (const std::exception& e) {

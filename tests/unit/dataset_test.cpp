@@ -30,7 +30,7 @@ void write(const std::string& path, const std::string& bytes) { write_file_atomi
 
 TEST(Cifar10, ReadsWhatTheGeneratorWrote) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {103, 17, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(103, 17).seed(1));
   Cifar10Dataset train(dir.path(), Split::kTrain);                  // the parent directory
   Cifar10Dataset test(dir / "cifar-10-batches-bin", Split::kTest);  // the directory itself
   EXPECT_EQ(train.size(), 103u);
@@ -48,12 +48,12 @@ TEST(Cifar10, MissingDirectorySaysWhatToDo) {
   const std::string msg =
       error_of<IoError>([] { Cifar10Dataset("/nonexistent/x", Split::kTrain); });
   EXPECT_NE(msg.find("/nonexistent/x/data_batch_1.bin"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("--download"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("download_cifar10"), std::string::npos) << msg;
 }
 
 TEST(Cifar10, RejectsSizeNotAMultipleOfTheRecord) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {10, 2, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(10, 2).seed(1));
   write(dir / "cifar-10-batches-bin/test_batch.bin", std::string(3073 * 2 - 5, '\0'));
   const std::string msg = error_of<DataError>([&] { Cifar10Dataset(dir.path(), Split::kTest); });
   EXPECT_NE(msg.find("test_batch.bin"), std::string::npos) << msg;
@@ -62,7 +62,7 @@ TEST(Cifar10, RejectsSizeNotAMultipleOfTheRecord) {
 
 TEST(Cifar10, RejectsLabelAboveNine) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {10, 2, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(10, 2).seed(1));
   std::string records(3073 * 2, '\0');
   records[3073] = char(10);
   write(dir / "cifar-10-batches-bin/test_batch.bin", records);
@@ -77,7 +77,7 @@ std::string be32(uint32_t v) {
 TEST(Idx, ReadsGzipAndPlainFiles) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {50, 20, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(50, 20).seed(3));
   IdxDataset train(dir.path(), Split::kTrain, "MNIST");
   EXPECT_EQ(train.size(), 50u);
   EXPECT_EQ(train.shape().height, 28);
@@ -99,7 +99,7 @@ TEST(Idx, ReadsGzipAndPlainFiles) {
 TEST(Idx, RejectsBadMagic) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   write(dir / "t10k-images-idx3-ubyte.gz",
         gzip_bytes(be32(0x0803 + 1) + be32(10) + be32(28) + be32(28)));
   const std::string msg =
@@ -110,7 +110,7 @@ TEST(Idx, RejectsBadMagic) {
 TEST(Idx, RejectsDimensionsThatDoNotMatchTheData) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   write(dir / "t10k-images-idx3-ubyte.gz",
         gzip_bytes(be32(0x0803) + be32(10) + be32(28) + be32(28) + std::string(100, 'x')));
   const std::string msg =
@@ -121,7 +121,7 @@ TEST(Idx, RejectsDimensionsThatDoNotMatchTheData) {
 TEST(Idx, ForgedHugeHeaderDoesNotAllocate) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   write(dir / "t10k-images-idx3-ubyte.gz",
         gzip_bytes(be32(0x0803) + be32(10) + be32(4096) + be32(4096)));
   const std::string msg =
@@ -132,7 +132,7 @@ TEST(Idx, ForgedHugeHeaderDoesNotAllocate) {
 TEST(Idx, RejectsTruncatedGzip) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   std::string gz = test::read_file(dir / "t10k-images-idx3-ubyte.gz");
   write(dir / "t10k-images-idx3-ubyte.gz", gz.substr(0, gz.size() / 2));
   const std::string msg =
@@ -144,7 +144,7 @@ TEST(Idx, RejectsTruncatedGzip) {
 TEST(Idx, RejectsLabelCountMismatch) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   write(dir / "t10k-labels-idx1-ubyte.gz",
         gzip_bytes(be32(0x0801) + be32(9) + std::string(9, '\1')));
   const std::string msg =
@@ -155,7 +155,7 @@ TEST(Idx, RejectsLabelCountMismatch) {
 TEST(Idx, RejectsLabelOutOfRange) {
   DDP_SKIP_WITHOUT(kGzip);
   test::TempDir dir;
-  write_synthetic_idx(dir.path(), {10, 10, 3, 0.5});
+  write_synthetic_idx(dir.path(), SyntheticOptions(10, 10).seed(3));
   write(dir / "t10k-labels-idx1-ubyte.gz",
         gzip_bytes(be32(0x0801) + be32(10) + std::string(9, '\1') + "\x0b"));
   const std::string msg =

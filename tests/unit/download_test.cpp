@@ -13,7 +13,7 @@ namespace ddp::data {
 namespace {
 
 std::string make_archive(const test::TempDir& dir) {
-  write_synthetic_cifar10(dir / "src", {20, 5, 2, 0.5});
+  write_synthetic_cifar10(dir / "src", SyntheticOptions(20, 5).seed(2));
   const auto tar = test::run({"/bin/tar", "-C", dir / "src", "-czf", dir / "cifar-10-binary.tar.gz",
                               "cifar-10-batches-bin"});
   EXPECT_EQ(tar.exit_code, 0) << tar.output;
@@ -25,13 +25,13 @@ TEST(Download, FetchesVerifiesAndUnpacks) {
   test::TempDir dir;
   const std::string archive = make_archive(dir);
   DownloadOptions options;
-  options.url = "file://" + archive;
-  options.md5 = md5_file(archive);
+  options.url("file://" + archive);
+  options.md5(md5_file(archive));
   download_cifar10(dir / "data", options);
   Cifar10Dataset train(dir / "data", Split::kTrain);
   EXPECT_EQ(train.size(), 20u);
   // Already there: nothing is fetched (a bad URL would fail otherwise).
-  options.url = "file:///nonexistent.tar.gz";
+  options.url("file:///nonexistent.tar.gz");
   EXPECT_NO_THROW(download_cifar10(dir / "data", options));
 }
 
@@ -39,7 +39,7 @@ TEST(Download, ChecksumMismatchLeavesNothingBehind) {
   DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   DownloadOptions options;
-  options.url = "file://" + make_archive(dir);  // official MD5 expected: it cannot match
+  options.url("file://" + make_archive(dir));  // official MD5 expected: it cannot match
   try {
     download_cifar10(dir / "data", options);
     FAIL() << "no error";
@@ -57,7 +57,7 @@ TEST(Download, UnreachableUrlIsAnIoError) {
   DDP_SKIP_WITHOUT(kDownload);
   test::TempDir dir;
   DownloadOptions options;
-  options.url = "file:///nonexistent/cifar.tar.gz";
+  options.url("file:///nonexistent/cifar.tar.gz");
   EXPECT_THROW(download_cifar10(dir / "data", options), IoError);
 }
 

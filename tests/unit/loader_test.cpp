@@ -15,11 +15,11 @@ namespace {
 
 TEST(Loader, BatchesFollowTheIndicesAndKeepTheLastPartialBatch) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {50, 5, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(50, 5).seed(1));
   Cifar10Dataset data(dir.path(), Split::kTrain);
   LoaderOptions options;
-  options.batch_size = 8;
-  options.prefetch = 2;
+  options.batch_size(8);
+  options.prefetch(2);
   Loader loader(data, options);
   std::vector<int64_t> indices;
   for (int64_t i = 49; i >= 0; i -= 2) indices.push_back(i);  // 25 indices
@@ -44,11 +44,11 @@ TEST(Loader, BatchesFollowTheIndicesAndKeepTheLastPartialBatch) {
 
 TEST(Loader, DropLastAndSkipAndRestart) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {50, 5, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(50, 5).seed(1));
   Cifar10Dataset data(dir.path(), Split::kTrain);
   LoaderOptions options;
-  options.batch_size = 16;
-  options.drop_last = true;
+  options.batch_size(16);
+  options.drop_last(true);
   Loader loader(data, options);
   std::vector<int64_t> indices(50);
   for (int64_t i = 0; i < 50; ++i) indices[size_t(i)] = i;
@@ -67,7 +67,7 @@ TEST(Loader, DropLastAndSkipAndRestart) {
 
 TEST(Loader, RejectsIndicesOutsideTheDataSet) {
   test::TempDir dir;
-  write_synthetic_cifar10(dir.path(), {10, 5, 1, 0.5});
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(10, 5).seed(1));
   Cifar10Dataset data(dir.path(), Split::kTrain);
   Loader loader(data, {});
   EXPECT_THROW(loader.start_epoch({0, 10}, 0), InvalidArgument);

@@ -27,8 +27,9 @@ TEST(DistributedSampler, MatchesPyTorchOverManyCombinations) {
     fields >> n >> world >> rank >> seed >> epoch >> shuffle >> drop_last >> colon;
     std::vector<int64_t> expected;
     for (int64_t v; fields >> v;) expected.push_back(v);
-    DistributedSampler sampler(n, world, rank,
-                               SamplerOptions{shuffle != 0, uint64_t(seed), drop_last != 0});
+    DistributedSampler sampler(
+        n, world, rank,
+        SamplerOptions().shuffle(shuffle != 0).seed(uint64_t(seed)).drop_last(drop_last != 0));
     sampler.set_epoch(epoch);
     ASSERT_EQ(sampler.indices(), expected) << "case: " << line.substr(0, line.find(':'));
     ASSERT_EQ(sampler.num_samples(), int64_t(expected.size()));
@@ -59,8 +60,7 @@ TEST(DistributedSampler, WithoutPaddingEveryIndexOnceAndShardsWithinOne) {
     const int world = 4;
     std::vector<int> seen(static_cast<size_t>(n), 0);
     for (int r = 0; r < world; ++r) {
-      SamplerOptions options;
-      options.pad = false;
+      const auto options = SamplerOptions().pad(false);
       DistributedSampler sampler(n, world, r, options);
       sampler.set_epoch(3);
       const auto mine = sampler.indices();
@@ -72,8 +72,7 @@ TEST(DistributedSampler, WithoutPaddingEveryIndexOnceAndShardsWithinOne) {
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[size_t(i)], 1) << n << " index " << i;
   }
   // The same order as the padded sampler, only without the repeated tail.
-  SamplerOptions unpadded;
-  unpadded.pad = false;
+  const auto unpadded = SamplerOptions().pad(false);
   const auto padded = DistributedSampler(103, 4, 3).indices();
   const auto plain = DistributedSampler(103, 4, 3, unpadded).indices();
   ASSERT_EQ(plain.size() + 1, padded.size());

@@ -14,7 +14,7 @@ namespace {
 class TransformsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_synthetic_cifar10(dir_.path(), {10, 5, 4, 0.5});
+    write_synthetic_cifar10(dir_.path(), SyntheticOptions(10, 5).seed(4));
     data_ = std::make_unique<Cifar10Dataset>(dir_.path(), Split::kTest);
   }
   torch::Tensor raw(size_t i) {
@@ -38,19 +38,19 @@ TEST_F(TransformsTest, DefaultIsToTensorExactly) {
 
 TEST_F(TransformsTest, NormalizeMatchesToTensorThenNormalize) {
   TransformOptions t;
-  t.normalize = true;
-  default_normalization(DatasetKind::kCifar10, t.mean, t.std);
-  const torch::Tensor mean = torch::tensor(t.mean).view({3, 1, 1});
-  const torch::Tensor std = torch::tensor(t.std).view({3, 1, 1});
+  t.normalize(true);
+  default_normalization(DatasetKind::kCifar10, t.mean(), t.std());
+  const torch::Tensor mean = torch::tensor(t.mean()).view({3, 1, 1});
+  const torch::Tensor std = torch::tensor(t.std()).view({3, 1, 1});
   const torch::Tensor expected = (raw(1).to(torch::kFloat32) / 255 - mean) / std;
   EXPECT_TRUE(torch::allclose(apply(t, 1), expected, 1e-5, 1e-5));
 }
 
 TEST_F(TransformsTest, CropAndFlipAreReproducibleAndAreCropsAndFlips) {
   TransformOptions t;
-  t.crop_padding = 4;
-  t.horizontal_flip = true;
-  t.seed = 9;
+  t.crop_padding(4);
+  t.horizontal_flip(true);
+  t.seed(9);
   EXPECT_TRUE(torch::equal(apply(t, 3, 1, 7), apply(t, 3, 1, 7)));
   // Each result equals some shift of the zero-padded image, flipped or not.
   const torch::Tensor padded =

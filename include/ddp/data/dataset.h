@@ -45,13 +45,14 @@ class Dataset {
 /// The data sets ddp-train knows by name.
 enum class DatasetKind { kCifar10, kFashionMnist, kMnist };
 
-/// Parses "cifar10", "fashion-mnist" or "mnist"; throws InvalidArgument naming `flag` otherwise.
-DatasetKind parse_dataset_kind(const std::string& name, const std::string& flag = "--dataset");
+/// Parses "cifar10", "fashion-mnist" or "mnist" (also "cifar-10", "fashion_mnist"); throws
+/// InvalidArgument starting with `what` otherwise.
+DatasetKind parse_dataset_kind(const std::string& name, const std::string& what = "data set");
 
 /// The canonical name of a kind ("cifar10", ...).
 const char* dataset_kind_name(DatasetKind kind);
 
-/// Where a kind's files are looked for when --data-dir is not given: "data" for CIFAR-10 (and
+/// Where a kind's files are looked for when no directory is given: "data" for CIFAR-10 (and
 /// data/mnist for MNIST), Debian's dataset-fashion-mnist install path for Fashion-MNIST.
 std::string default_data_dir(DatasetKind kind);
 

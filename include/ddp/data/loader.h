@@ -14,6 +14,8 @@
 
 #include <torch/types.h>
 
+#include <torch/arg.h>
+
 #include "ddp/data/dataset.h"
 #include "ddp/data/transforms.h"
 
@@ -34,11 +36,12 @@ struct Batch {
 
 /// How batches are cut and made.
 struct LoaderOptions {
-  int64_t batch_size = 64;
-  bool drop_last = false;      // false keeps the last partial batch, as PyTorch's DataLoader
-  int prefetch = 8;            // batches made ahead of time (refilled from a quarter full)
-  bool channels_last = false;  // images in NHWC memory (same logical shape)
-  TransformOptions transforms;
+  TORCH_ARG(int64_t, batch_size) = 64;
+  TORCH_ARG(bool,
+            drop_last) = false;  // false keeps the last partial batch, as PyTorch's DataLoader
+  TORCH_ARG(int, prefetch) = 8;  // batches made ahead of time (refilled from a quarter full)
+  TORCH_ARG(bool, channels_last) = false;  // images in NHWC memory (same logical shape)
+  TORCH_ARG(TransformOptions, transforms);
 };
 
 /// Batches over a list of indices into a data set; one epoch at a time.

@@ -7,15 +7,22 @@
 #include <cstdint>
 #include <string>
 
+#include <torch/arg.h>
+
 namespace ddp::data {
 
 /// What to generate.
 struct SyntheticOptions {
-  size_t train_size = 5000;
-  size_t test_size = 1000;
-  uint64_t seed = 0;
+  SyntheticOptions() = default;
+  /// `train_size` training and `test_size` test images.
+  SyntheticOptions(size_t train_size, size_t test_size)
+      : train_size_(train_size), test_size_(test_size) {}
+
+  TORCH_ARG(size_t, train_size) = 5000;
+  TORCH_ARG(size_t, test_size) = 1000;
+  TORCH_ARG(uint64_t, seed) = 0;
   /// Share of each pixel taken from the class prototype (the rest is noise): lower is harder.
-  double signal = 0.5;
+  TORCH_ARG(double, signal) = 0.5;
 };
 
 /// Writes `dir`/cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin (3x32x32).

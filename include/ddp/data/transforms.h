@@ -9,18 +9,20 @@
 #include <cstdint>
 #include <vector>
 
+#include <torch/arg.h>
+
 #include "ddp/data/dataset.h"
 
 namespace ddp::data {
 
 /// The optional per-batch transforms; all off by default.
 struct TransformOptions {
-  bool normalize = false;
-  std::vector<float> mean;  // one per channel, used when normalize
-  std::vector<float> std;   // one per channel, used when normalize
-  int crop_padding = 0;     // > 0: random crop of the original size after zero padding
-  bool horizontal_flip = false;
-  uint64_t seed = 0;
+  TORCH_ARG(bool, normalize) = false;
+  TORCH_ARG(std::vector<float>, mean);  // one per channel, used when normalize
+  TORCH_ARG(std::vector<float>, std);   // one per channel, used when normalize
+  TORCH_ARG(int, crop_padding) = 0;     // > 0: random crop of the original size after zero padding
+  TORCH_ARG(bool, horizontal_flip) = false;
+  TORCH_ARG(uint64_t, seed) = 0;
 };
 
 /// Per-channel mean and standard deviation commonly used for each data set's normalisation.
