@@ -9,28 +9,23 @@
 #include <cstring>
 
 #include "ddp/error.h"
+#include "unique_fd.h"
 
 namespace ddp::data {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     throw IoError(concat(path, " is not a regular file"));
   }
   size_ = size_t(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      throw IoError(concat("cannot map ", path, ": ", std::strerror(err)));
-    }
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) throw IoError(concat("cannot map ", path, ": ", std::strerror(errno)));
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::~MappedFile() {
