@@ -267,6 +267,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // The output files first: a path that cannot be written fails before start-up's work.
   Reporter reporter(o, world.rank, world.world_size);
   StepTrace trace(o.step_trace, world.rank);
+  const Fault fault = Fault::from_environment();  // a malformed DDP_FAULT fails before start-up
   const Session s = open_session(o, world);
   const int64_t epoch_steps = steps_per_epoch(o, int64_t(s.train_set->size()), world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
@@ -277,16 +278,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
                              sampler_options(o));
   data::Loader loader(*s.train_set, s.loader_options);
   reporter.start();
-  Training t{o,
-             s,
-             model,
-             optimizer,
-             sampler,
-             loader,
-             trace,
-             reporter,
-             Fault::from_environment(),
-             start.global_step};
+  Training t{o, s, model, optimizer, sampler, loader, trace, reporter, fault, start.global_step};
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     EpochReport report = train_epoch(t, epoch);
