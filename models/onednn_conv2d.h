@@ -1,10 +1,10 @@
 // 3x3, stride-1, padding-1 convolutions through oneDNN's own API, forward and both backward
 // passes, in the layouts oneDNN prefers. LibTorch (1.13 and 2.x) reaches oneDNN only for direct
 // convolutions on its own layouts; called directly, oneDNN also has Winograd F(4x4, 3x3) kernels,
-// which on AVX-512 compute the same convolution with 2.25x fewer multiplications. Measured on one
-// thread (oneDNN 2.6, AMD Zen 5): Net's conv2 1.7x faster by Winograd, Net's conv1 weight
-// gradient 3x faster direct in oneDNN's blocked layout. Winograd rounds differently from a direct
-// sum, by ~1e-6 relative (onednn_conv2d_test.cpp bounds it).
+// which on AVX-512 compute the same convolution with 2.25x fewer multiplications, and its blocked
+// layout, in which Net's conv1 weight gradient is much faster (docs/performance.md has the
+// figures). Winograd rounds differently from a direct sum, by ~1e-6 relative
+// (onednn_conv2d_test.cpp bounds it).
 #pragma once
 
 #include <torch/torch.h>
