@@ -9,35 +9,38 @@
 namespace ddp {
 namespace {
 
-// A hook that takes no arguments.
+using Entry = std::pair<std::string, CommHookFactory>;
+
+// A hook that takes no arguments, under `name`.
 template <class Make>
-CommHookFactory without_arguments(const std::string& name, Make make) {
-  return [name, make](const std::string& arguments) {
-    if (!arguments.empty()) {
-      throw InvalidArgument(
-          concat("comm hook '", name, ":", arguments, "': ", name, " takes no arguments"));
-    }
-    return make();
-  };
+Entry without_arguments(const std::string& name, Make make) {
+  return {name, [name, make](const std::string& arguments) -> std::unique_ptr<CommHook> {
+            if (!arguments.empty()) {
+              throw InvalidArgument(
+                  concat("comm hook '", name, ":", arguments, "': ", name, " takes no arguments"));
+            }
+            return make();
+          }};
 }
 
 struct Registry {
   std::mutex mutex;
-  std::vector<std::pair<std::string, CommHookFactory>> factories;
+  std::vector<Entry> entries = {
+      without_arguments("allreduce", [] { return std::make_unique<AllReduceHook>(); }),
+      without_arguments("fp16", [] { return std::make_unique<CastHook>(torch::kHalf); }),
+      without_arguments("bf16", [] { return std::make_unique<CastHook>(torch::kBFloat16); }),
+      {"powersgd",
+       [](const std::string& arguments) {
+         return std::make_unique<PowerSGDHook>(powersgd_options_from_spec(arguments));
+       }},
+  };
 
-  Registry() {
-    factories = {
-        {"allreduce",
-         without_arguments("allreduce", [] { return std::make_unique<AllReduceHook>(); })},
-        {"fp16",
-         without_arguments("fp16", [] { return std::make_unique<CastHook>(torch::kHalf); })},
-        {"bf16",
-         without_arguments("bf16", [] { return std::make_unique<CastHook>(torch::kBFloat16); })},
-        {"powersgd",
-         [](const std::string& arguments) {
-           return std::make_unique<PowerSGDHook>(powersgd_options_from_spec(arguments));
-         }},
-    };
+  // The entry called `name`, or nullptr; the caller holds `mutex`.
+  Entry* find(const std::string& name) {
+    for (Entry& entry : entries) {
+      if (entry.first == name) return &entry;
+    }
+    return nullptr;
   }
 };
 
@@ -54,20 +57,18 @@ void register_comm_hook_factory(const std::string& name, CommHookFactory factory
   }
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
-  for (auto& [known, f] : r.factories) {
-    if (known == name) {
-      f = std::move(factory);
-      return;
-    }
+  if (Entry* entry = r.find(name)) {
+    entry->second = std::move(factory);
+  } else {
+    r.entries.emplace_back(name, std::move(factory));
   }
-  r.factories.emplace_back(name, std::move(factory));
 }
 
 std::vector<std::string> comm_hook_names() {
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> names;
-  for (const auto& entry : r.factories) names.push_back(entry.first);
+  for (const Entry& entry : r.entries) names.push_back(entry.first);
   return names;
 }
 
@@ -79,9 +80,7 @@ std::unique_ptr<CommHook> make_comm_hook(const std::string& spec) {
   {
     Registry& r = registry();
     const std::lock_guard<std::mutex> lock(r.mutex);
-    for (const auto& [known, f] : r.factories) {
-      if (known == name) factory = f;
-    }
+    if (const Entry* entry = r.find(name)) factory = entry->second;
   }
   if (!factory) {
     std::string names;

@@ -35,12 +35,16 @@ SamplerOptions sampler_options(const TrainOptions& o) {
   return SamplerOptions().shuffle(true).seed(o.seed).drop_last(false).pad(!o.no_pad);
 }
 
+// The steps an epoch of `batches` batches takes: all of them, or --max-steps.
+int64_t steps_of(const TrainOptions& o, int64_t batches) {
+  return o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+}
+
 // Optimizer steps per epoch: rank 0's (it has the most), the same count on every rank, so the
 // learning-rate schedule agrees.
 int64_t steps_per_epoch(const TrainOptions& o, int64_t dataset_size, int world_size) {
   const DistributedSampler rank0(dataset_size, world_size, 0, sampler_options(o));
-  const int64_t batches = (rank0.num_samples() + o.batch_size - 1) / o.batch_size;
-  return o.max_steps > 0 ? std::min(o.max_steps, batches) : batches;
+  return steps_of(o, (rank0.num_samples() + o.batch_size - 1) / o.batch_size);
 }
 
 // True when every gradient is finite: one reduction (NaN and infinity propagate through a sum).
@@ -189,8 +193,7 @@ EpochReport train_epoch(Training& t, int epoch) {
   const TrainOptions& o = t.options;
   t.sampler.set_epoch(epoch - 1);
   t.loader.start_epoch(t.sampler.indices(), epoch - 1);
-  const int64_t steps =
-      o.max_steps > 0 ? std::min(o.max_steps, t.loader.num_batches()) : t.loader.num_batches();
+  const int64_t steps = steps_of(o, t.loader.num_batches());
   EpochTotals totals;
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.session.device));
   // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
