@@ -6,10 +6,12 @@
 # downloads are cached (Debian's archives and pip's wheels, under $DDP_CACHE). CI runs this.
 #
 # usage: scripts/fresh-root.sh [--suite bookworm|trixie] [--libtorch wheel|debian] [--keep]
-#                              [ctest arguments, e.g. -R Sampler]
+#                              [--command CMD]... [ctest arguments, e.g. -R Sampler]
 #   --suite     the Debian release of the root (default bookworm, Debian 12)
 #   --libtorch  passed to scripts/setup.sh: PyPI's torch (default) or Debian's libtorch-dev
 #   --keep      leave the root in place afterwards (its path is printed)
+#   --command   run CMD in the root's copy of the tree instead of the three commands above (as
+#               often as given, in order; .ci/run passes the README's own lines this way)
 #   DDP_CACHE=dir            downloads kept between runs (default /var/cache/ddp.cpp)
 #   DDP_DEBIAN_MIRROR=url    the Debian mirror (default http://deb.debian.org/debian)
 # Needs root (debootstrap, chroot, mounts). The machine's CUDA toolkit (/usr/local/cuda), which
@@ -21,15 +23,26 @@ repo=$PWD
 suite=bookworm
 libtorch=wheel
 keep=0
+commands=()
 while (($#)); do
   case $1 in
     --suite) suite=${2:?--suite needs bookworm or trixie}; shift 2 ;;
     --libtorch) libtorch=${2:?--libtorch needs wheel or debian}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --command) commands+=("${2:?--command needs a command line}"); shift 2 ;;
     *) break ;;
   esac
 done
 [[ $suite == bookworm || $suite == trixie ]] || { echo "fresh-root: unknown --suite $suite" >&2; exit 2; }
+if ((${#commands[@]})) && (($#)); then
+  echo "fresh-root: ctest arguments ($*) only go with the default commands, not with --command" >&2
+  exit 2
+fi
+if ((${#commands[@]} == 0)); then  # the README's setup command, its quick start and its tests
+  commands=("scripts/setup.sh --libtorch $libtorch"
+    "build/ddp-train --dataset fashion-mnist --epochs 1"
+    "scripts/test.sh $(printf '%q ' "$@")")
+fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "fresh-root: needs root (debootstrap, chroot, mounts); run it with sudo" >&2
   exit 2
@@ -110,10 +123,8 @@ in_root() {
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /src/ddp.cpp && $1"
 }
-log "scripts/setup.sh --libtorch $libtorch"
-in_root "scripts/setup.sh --libtorch $libtorch"
-log "quick start: build/ddp-train --dataset fashion-mnist --epochs 1"
-in_root "build/ddp-train --dataset fashion-mnist --epochs 1"
-log "scripts/test.sh $*"
-in_root "scripts/test.sh $(printf '%q ' "$@")"
-log "passed: setup, quick start and tests in a fresh Debian $suite root ($(in_root 'build/ddp-train --version | head -1'))"
+for command in "${commands[@]}"; do
+  log "$command"
+  in_root "$command"
+done
+log "passed: ${#commands[@]} command(s) in a fresh Debian $suite root ($(in_root 'build/ddp-train --version | head -1'))"
