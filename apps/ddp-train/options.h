@@ -23,7 +23,6 @@ enum class BackendKind { kAuto, kGloo, kNccl, kMpi };  // auto: nccl on a GPU, g
 struct DeviceChoice {
   enum class Kind { kAuto, kCpu, kCuda } kind = Kind::kAuto;
   int index = -1;  // cuda:N; -1: GPU LOCAL_RANK
-  bool operator==(const DeviceChoice&) const = default;
 };
 
 /// Everything one training run is configured by; defaults are the reference program.
