@@ -37,6 +37,7 @@ packages=(
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml
+  nlohmann-json3-dev                  # flight records (--debug-dir), --trace
   libprotobuf-dev protobuf-compiler   # ddp-train --tensorboard (event files)
   libplplot-dev plplot-driver-cairo   # ddp-train plot (PNG through cairo, SVG)
   python3                             # the reference implementation's interpreter

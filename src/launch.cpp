@@ -22,6 +22,7 @@
 
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
+#include "ddp/hang_analysis.h"
 #include "unique_fd.h"
 
 extern char** environ;
@@ -139,7 +140,8 @@ void Group::spawn(Worker& w) {
                                          "MASTER_PORT",
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_USE_AGENT_STORE",
-                                         "DDP_STORE_FILE"};
+                                         "DDP_STORE_FILE",
+                                         "DDP_DEBUG_DIR"};
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
@@ -156,6 +158,7 @@ void Group::spawn(Worker& w) {
   env.push_back(concat("MASTER_PORT=", port_));
   env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
   if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
+  if (!o_.debug_dir().empty()) env.push_back("DDP_DEBUG_DIR=" + o_.debug_dir());
   // Workers write to pipes; this tells them the lines end up on a terminal (progress bars).
   if (::isatty(STDOUT_FILENO) == 1 && std::getenv("DDP_STDOUT_TTY") == nullptr) {
     env.push_back("DDP_STDOUT_TTY=1");
@@ -390,6 +393,22 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
 }
 
+// The verdict of the flight records the workers wrote since `since_us` (when the job has a
+// debug directory): the launcher's last lines, so the cause is what the user reads first.
+void report_flight_records(const LaunchOptions& o, int64_t since_us) {
+  if (o.debug_dir().empty()) return;
+  try {
+    const HangDiagnosis d = diagnose_hang(read_rank_records(o.debug_dir(), since_us));
+    std::fprintf(stderr, "%s: flight records in %s:\n", o.name().c_str(), o.debug_dir().c_str());
+    for (size_t i = 1; i < d.lines.size(); ++i)
+      std::fprintf(stderr, "    %s\n", d.lines[i].c_str());
+    std::fprintf(stderr, "%s: %s\n", o.name().c_str(), d.lines.front().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: no flight records to compare: %s\n", o.name().c_str(),
+                 first_line(e.what()).c_str());
+  }
+}
+
 }  // namespace
 
 std::string signal_name(int sig) {
@@ -421,8 +440,11 @@ std::string signal_name(int sig) {
   }
 }
 
-int launch(const LaunchOptions& options) {
-  validate(options);
+int launch(const LaunchOptions& given) {
+  validate(given);
+  LaunchOptions options = given;
+  if (const char* dir = std::getenv("DDP_DEBUG_DIR"); options.debug_dir().empty() && dir != nullptr)
+    options.debug_dir(dir);
   if (!options.log_dir().empty()) make_directories(options.log_dir());
   const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   g_stop_signal = 0;
@@ -452,6 +474,7 @@ int launch(const LaunchOptions& options) {
   for (int restart = 0;; ++restart) {
     const std::string store_file = store_dir.empty() ? "" : concat(store_dir, "/store-", restart);
     Group group(options, port, restart, store_file);
+    const int64_t started_us = unix_microseconds();
     group.start();
     const int failed = group.watch();
     if (failed == -1) {
@@ -462,6 +485,7 @@ int launch(const LaunchOptions& options) {
       std::fprintf(stderr, "%s: received %s, stopping all workers\n", options.name().c_str(),
                    signal_name(g_stop_signal).c_str());
       group.stop(options.grace_seconds());
+      report_flight_records(options, started_us);
       result = 128 + g_stop_signal;
       break;
     }
@@ -474,6 +498,7 @@ int launch(const LaunchOptions& options) {
       std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", options.name().c_str(), w.rank);
       for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
     }
+    report_flight_records(options, started_us);
     if (restart < options.max_restarts()) {
       std::fprintf(stderr, "%s: restarting the workers (restart %d of %d)\n",
                    options.name().c_str(), restart + 1, options.max_restarts());

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -79,6 +80,45 @@ c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, boo
                                 is_server ? store_listen_socket(host, port) : -1);
 }
 
+// Python's names for the dtypes collectives move ("float32"), for the flight record.
+std::string dtype_name(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float:
+      return "float32";
+    case c10::ScalarType::Double:
+      return "float64";
+    case c10::ScalarType::Half:
+      return "float16";
+    case c10::ScalarType::BFloat16:
+      return "bfloat16";
+    case c10::ScalarType::Long:
+      return "int64";
+    case c10::ScalarType::Int:
+      return "int32";
+    case c10::ScalarType::Byte:
+      return "uint8";
+    default:
+      return c10::toString(type);
+  }
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += concat(i ? ", " : "", ranks[i]);
+  return out;
+}
+
+// The debugging options the environment asks for (ProcessGroupOptions), on top of the code's.
+ProcessGroupOptions with_debug_environment(ProcessGroupOptions o) {
+  const char* dir = std::getenv("DDP_DEBUG_DIR");
+  if (o.debug_dir().empty() && dir != nullptr) o.debug_dir(dir);
+  const char* check = std::getenv("DDP_DEBUG_COLLECTIVES");
+  if (check != nullptr && *check != '\0' && std::string(check) != "0") o.debug_collectives(true);
+  if (const char* n = std::getenv("DDP_FLIGHT_RECORDS"); n != nullptr && *n != '\0')
+    o.flight_records(parse_int(n, "DDP_FLIGHT_RECORDS", 0, 10000000));
+  return o;
+}
+
 }  // namespace
 
 bool is_loopback_address(const std::string& host) {
@@ -105,8 +145,11 @@ struct ProcessGroup::Backend {
 };
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
-           std::chrono::microseconds spin_before_sleep)
+           std::chrono::microseconds spin_before_sleep, std::shared_ptr<FlightRecorder> recorder,
+           int64_t seq)
     : work_(std::move(work)),
+      recorder_(std::move(recorder)),
+      seq_(seq),
       what_(std::move(what)),
       rank_(rank),
       spin_before_sleep_(spin_before_sleep) {}
@@ -123,23 +166,34 @@ void Work::wait() {
     while (!work_->isCompleted() && Clock::now() < spin_until) sched_yield();
     work_->wait();
   } catch (const c10::Error& e) {
-    throw PeerFailure(concat("rank ", rank_, ": ", what_,
-                             " failed: ", first_line(e.what_without_backtrace()),
-                             " (a peer rank exited, or stopped answering within the timeout)"));
+    failed(PeerFailure(concat("rank ", rank_, ": ", what_,
+                              " failed: ", first_line(e.what_without_backtrace()),
+                              " (a peer rank exited, or stopped answering within the timeout)")));
   } catch (const gloo::IoException& e) {
     // Gloo's own error, rethrown as it is when the failure surfaces in the collective itself
     // (a c10::Error when c10d notices first): the connection to a peer broke.
-    throw PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
-                             " (a peer rank exited or its connection broke)"));
+    failed(PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
+                              " (a peer rank exited or its connection broke)")));
   } catch (const std::exception& e) {
-    throw DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what())));
+    failed(
+        DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()))));
   }
+  if (recorder_) recorder_->complete(seq_);  // where the backend's future did not already
   work_.reset();
   if (finish_) {
     auto finish = std::move(finish_);
     finish_ = nullptr;
     finish();
   }
+}
+
+template <typename E>
+void Work::failed(const E& error) {
+  if (recorder_) {
+    recorder_->fail(seq_, error.what());
+    recorder_->dump(error.what());
+  }
+  throw error;
 }
 
 Work&& Work::then(std::function<void()> finish) && {
@@ -230,7 +284,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c10d::Store> store,
                                                             int rank, int world_size,
-                                                            const ProcessGroupOptions& options) {
+                                                            const ProcessGroupOptions& given) {
+  const ProcessGroupOptions options = with_debug_environment(given);
+  if (options.flight_records() < 0)
+    throw InvalidArgument(concat("flight_records ", options.flight_records(), " must be >= 0"));
   std::shared_ptr<ProcessGroup> group(new ProcessGroup());
   group->store_ = c10::make_intrusive<c10d::PrefixStore>("ddp", store);
   group->rank_ = rank;
@@ -246,6 +303,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
                                world_size, options,
                                [&] { group->check_rendezvous(options.rendezvous_timeout()); }};
     group->backend_impl_->group = entry.connect(args);
+    group->start_recorder(options);
     return group;
   }
   throw InvalidArgument(
@@ -294,6 +352,99 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   }
 }
 
+void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
+  // A job id that tells this group's records from an earlier job's in the same directory.
+  const std::string key = "flight/job";
+  if (rank_ == 0) {
+    const std::string id = concat(unix_microseconds(), "-", ::getpid());
+    store_->set(key, std::vector<uint8_t>(id.begin(), id.end()));
+  }
+  const std::vector<uint8_t> id = store_->get(key);
+  recorder_ = std::make_shared<FlightRecorder>(
+      RecorderIdentity{rank_, size_, backend_, std::string(id.begin(), id.end())},
+      size_t(options.flight_records()));
+  // With a debug directory, SIGTERM (a launcher stopping a hung job) writes the record too.
+  recorder_->dump_to(options.debug_dir(), /*on_sigterm=*/true);
+  debug_collectives_ = options.debug_collectives();
+}
+
+void ProcessGroup::check_same_collective(int64_t seq, const std::string& signature) {
+  // Every rank posts its signature under the collective's number and reads the others'. Once a
+  // rank has read them all for `seq`, every rank has finished reading `seq - 1`: its key can go.
+  const std::string prefix = concat("debug/collective/", seq, "/");
+  store_->set(concat(prefix, rank_), std::vector<uint8_t>(signature.begin(), signature.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(concat(prefix, r));
+  try {
+    store_->wait(keys, timeout_);
+  } catch (const std::exception&) {
+    std::vector<int> absent;
+    for (int r = 0; r < size_; ++r)
+      if (!store_->check({keys[size_t(r)]})) absent.push_back(r);
+    throw TimeoutError(concat("rank ", rank_, ": collective #", seq, " (", signature, "): rank(s) ",
+                              rank_list(absent), " did not issue it within ", seconds(timeout_),
+                              " s (debug_collectives)"));
+  }
+  std::map<std::string, std::vector<int>> calls;
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<uint8_t> theirs = store_->get(keys[size_t(r)]);
+    calls[std::string(theirs.begin(), theirs.end())].push_back(r);
+  }
+  if (seq > 1) {
+    try {
+      store_->deleteKey(concat("debug/collective/", seq - 1, "/", rank_));
+    } catch (const std::exception&) {
+      // A store without deleteKey keeps the keys: a little memory, nothing else.
+    }
+  }
+  if (calls.size() == 1) return;
+  std::string list;
+  for (const auto& [call, ranks] : calls)
+    list += concat(list.empty() ? "" : "; ", "rank(s) ", rank_list(ranks), " issued ", call);
+  throw DistributedError(concat("rank ", rank_, ": collective #", seq,
+                                " differs between ranks: ", list,
+                                ". Every rank must issue the same collectives, with the same "
+                                "shapes and dtypes, in the same order (debug_collectives)"));
+}
+
+void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const std::string& what) {
+  // Rank 0 waits for every rank's arrival key, then posts the verdict every rank reads.
+  const std::string prefix = unique_prefix("monitored_barrier");
+  const std::string verdict_key = prefix + "verdict";
+  store_->set(concat(prefix, rank_), std::vector<uint8_t>{1});
+  std::string verdict;
+  if (rank_ == 0) {
+    const auto deadline = Clock::now() + timeout;
+    std::vector<int> absent;
+    for (int r = 1; r < size_; ++r) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        store_->wait({concat(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
+      } catch (const std::exception&) {
+        absent.push_back(r);
+      }
+    }
+    if (!absent.empty()) {
+      verdict = concat(what, ": rank(s) ", rank_list(absent), " did not arrive within ",
+                       seconds(timeout), " s");
+    }
+    store_->set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
+  } else {
+    try {
+      // Rank 0 answers within `timeout` of its own arrival; allow as long again for it to come.
+      store_->wait({verdict_key}, 2 * timeout);
+    } catch (const std::exception&) {
+      verdict = concat(what, ": rank(s) 0 did not arrive within ", seconds(2 * timeout), " s");
+    }
+    if (verdict.empty()) {
+      const std::vector<uint8_t> text = store_->get(verdict_key);
+      verdict.assign(text.begin(), text.end());
+    }
+  }
+  if (!verdict.empty()) throw TimeoutError(concat("rank ", rank_, ": ", verdict));
+}
+
 // NCCL moves device tensors only; the CPU tensors ddp.cpp exchanges (flags, counts, fingerprints)
 // go through a device copy. Gloo and MPI take CPU tensors as they are.
 bool ProcessGroup::needs_device_copy(const torch::Tensor& tensor) const {
@@ -321,35 +472,39 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
     std::vector<at::Tensor> bits{tensor.contiguous().view(torch::kHalf)};
     std::vector<std::vector<at::Tensor>> output_bits(1);
     for (auto& o : outputs[0]) output_bits[0].push_back(o.view(torch::kHalf));
+    const int64_t seq = begin("all-reduce", tensor);
     auto work = backend_impl_->group->allgather(output_bits, bits);
-    return track(std::move(work), "all-reduce(bfloat16)").then([outputs, tensor]() mutable {
+    return track(std::move(work), "all-reduce(bfloat16)", seq).then([outputs, tensor]() mutable {
       torch::Tensor sum = outputs[0][0].to(torch::kFloat);
       for (size_t r = 1; r < outputs[0].size(); ++r) sum.add_(outputs[0][r]);
       tensor.copy_(sum);
     });
   }
+  const int64_t seq = begin("all-reduce", tensor);
   std::vector<at::Tensor> tensors{tensor};
-  return track(backend_impl_->group->allreduce(tensors), "all-reduce");
+  return track(backend_impl_->group->allreduce(tensors), "all-reduce", seq);
 }
 
 Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this](torch::Tensor& t) { return allreduce_max(t); });
   }
+  const int64_t seq = begin("all-reduce(max)", tensor);
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MAX;
-  return track(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)");
+  return track(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", seq);
 }
 
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this, root](torch::Tensor& t) { return broadcast(t, root); });
   }
+  const int64_t seq = begin(concat("broadcast(root ", root, ")"), tensor);
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  return track(backend_impl_->group->broadcast(tensors, opts), "broadcast");
+  return track(backend_impl_->group->broadcast(tensors, opts), "broadcast", seq);
 }
 
 std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) {
@@ -360,15 +515,59 @@ std::vector<torch::Tensor> ProcessGroup::allgather(const torch::Tensor& tensor) 
   }
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
+  const int64_t seq = begin("all-gather", tensor);
   std::vector<at::Tensor> inputs{tensor};
-  track(backend_impl_->group->allgather(outputs, inputs), "all-gather").wait();
+  track(backend_impl_->group->allgather(outputs, inputs), "all-gather", seq).wait();
   return outputs[0];
 }
 
-void ProcessGroup::barrier() { track(backend_impl_->group->barrier(), "barrier").wait(); }
+void ProcessGroup::barrier() {
+  const int64_t seq = begin("barrier", torch::Tensor());
+  track(backend_impl_->group->barrier(), "barrier", seq).wait();
+}
 
-Work ProcessGroup::track(c10::intrusive_ptr<c10d::Work> work, std::string what) const {
-  return Work(std::move(work), std::move(what), rank_, spin_before_sleep_);
+int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor) {
+  std::string dtype = "none";
+  std::vector<int64_t> shape;
+  if (tensor.defined()) {
+    dtype = dtype_name(tensor.scalar_type());
+    shape = tensor.sizes().vec();
+  }
+  const int64_t seq = recorder_->issue(op, dtype, shape);
+  if (debug_collectives_) {
+    CollectiveRecord call;
+    call.op = op;
+    call.dtype = dtype;
+    call.shape = shape;
+    try {
+      check_same_collective(seq, call.signature());
+    } catch (const std::exception& e) {
+      recorder_->fail(seq, e.what());
+      recorder_->dump(e.what());
+      throw;
+    }
+  }
+  return seq;
+}
+
+Work ProcessGroup::track(c10::intrusive_ptr<c10d::Work> work, std::string what, int64_t seq) const {
+  // Completion is recorded when the backend finishes, not when this rank waits for it: the
+  // record (and --trace) then shows how far the collective ran alongside backward.
+  try {
+    std::weak_ptr<FlightRecorder> recorder = recorder_;
+    work->getFuture()->addCallback([recorder, seq](c10::ivalue::Future& future) {
+      if (auto r = recorder.lock()) {
+        if (future.hasError()) {
+          r->fail(seq, first_line(future.tryRetrieveErrorMessage()));
+        } else {
+          r->complete(seq);
+        }
+      }
+    });
+  } catch (const std::exception&) {
+    // A backend whose Work has no future: Work::wait() records the completion instead.
+  }
+  return Work(std::move(work), std::move(what), rank_, spin_before_sleep_, recorder_, seq);
 }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {

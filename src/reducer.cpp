@@ -370,7 +370,9 @@ void Reducer::Impl::launch_ready_buckets() {
     GradBucket view{int(next_bucket), bucket.buffer, {}, next_bucket + 1 == buckets.size()};
     for (size_t index : bucket.params) view.gradients.push_back(views[index]);
     stats.hooks_before_launch[next_bucket] = hooks_fired;
+    group->recorder().set_bucket(int(next_bucket));  // the hook's collectives reduce this bucket
     bucket.reduction = hook->start(view, *group);
+    group->recorder().set_bucket(-1);
     stats.bytes_communicated_per_iteration += bucket.reduction->payload_bytes();
     ++next_bucket;
   }

@@ -21,19 +21,35 @@ Fault Fault::from_environment() {
   if (at == std::string::npos)
     throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
   f.kind_ = text.substr(0, at);
-  if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit") {
+  if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit" &&
+      f.kind_ != "slow") {
     throw InvalidArgument(
-        concat("DDP_FAULT: unknown kind '", f.kind_, "'; use nan, throw, hang or exit"));
+        concat("DDP_FAULT: unknown kind '", f.kind_, "'; use nan, throw, hang, exit or slow"));
   }
   f.step_ = parse_int(
       text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
       "DDP_FAULT step", 1, 1 << 30);
-  if (colon != std::string::npos)
-    f.rank_ = parse_int(text.substr(colon + 1), "DDP_FAULT rank", 0, 1 << 20);
+  const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
+  if (f.kind_ == "slow" && second == std::string::npos)
+    throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not slow@STEP:RANK:MS"));
+  if (colon != std::string::npos) {
+    f.rank_ =
+        parse_int(text.substr(colon + 1, second == std::string::npos ? second : second - colon - 1),
+                  "DDP_FAULT rank", 0, 1 << 20);
+  }
+  if (second != std::string::npos) {
+    if (f.kind_ != "slow")
+      throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
+    f.slow_ms_ = parse_int(text.substr(second + 1), "DDP_FAULT milliseconds", 1, 3600000);
+  }
   return f;
 }
 
 void Fault::at_loss(int64_t global_step, int rank, torch::Tensor& loss) const {
+  if (kind_ == "slow" && global_step >= step_ && rank == rank_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));  // the injected straggling
+    return;
+  }
   if (kind_.empty() || global_step != step_ || rank != rank_) return;
   if (kind_ == "nan") loss = loss * std::nan("");
   if (kind_ == "throw")

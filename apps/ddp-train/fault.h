@@ -3,6 +3,8 @@
 //   DDP_FAULT=KIND@STEP[:RANK]   KIND: nan (this rank's loss becomes NaN), throw (an error),
 //                                hang (stops calling collectives), exit (exits with code 3);
 //                                at global step STEP (1-based) on rank RANK (default 0).
+//   DDP_FAULT=slow@STEP:RANK:MS  rank RANK sleeps MS milliseconds in every step from STEP on
+//                                (a straggler).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@ class Fault {
   std::string kind_;  // empty: no fault
   int64_t step_ = -1;
   int rank_ = 0;
+  int slow_ms_ = 0;  // slow: the delay of each step
 };
 
 }  // namespace ddp::train

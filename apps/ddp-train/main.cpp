@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "ddp/error.h"
+#include "ddp/hang_analysis.h"
 #include "ddp/launch.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
@@ -18,6 +19,7 @@
 #include "models/onednn_conv2d.h"
 #include "options.h"
 #include "plot.h"
+#include "plot_trace.h"
 #include "trainer.h"
 
 namespace {
@@ -77,6 +79,7 @@ int train(const std::vector<std::string>& args) {
     launch.nproc_per_node(options.nproc_per_node);
     if (world.master_port_set) launch.master_port(world.master_port);
     launch.master_addr(world.master_addr);
+    launch.debug_dir(options.debug_dir);
     launch.command({self_executable()});
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i] == "--nproc-per-node") {
@@ -96,6 +99,21 @@ int train(const std::vector<std::string>& args) {
   return 0;
 }
 
+// ddp-train analyze DIR: the verdict of a job's flight records (--debug-dir), afterwards.
+int analyze(const std::vector<std::string>& args) {
+  if (args.size() != 1 || args[0].rfind("-", 0) == 0) {
+    std::fputs(
+        "usage: ddp-train analyze DIR\nCompares the flight records a job run with --debug-dir "
+        "DIR wrote (on a failure, a timeout or SIGTERM) and names the rank the others waited "
+        "for, and the collective.\n",
+        args.size() == 1 && args[0] == "--help" ? stdout : stderr);
+    return args.size() == 1 && args[0] == "--help" ? 0 : kExitUsage;
+  }
+  const ddp::HangDiagnosis d = ddp::diagnose_hang(ddp::read_rank_records(args[0]));
+  for (const std::string& line : d.lines) std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,6 +128,9 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "make-data") {
       return ddp::train::run_make_data({args.begin() + 1, args.end()});
     }
+    if (!args.empty() && args[0] == "analyze") return analyze({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "plot-trace")
+      return ddp::train::run_plot_trace({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "plot")
       return ddp::train::run_plot({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "evaluate") {

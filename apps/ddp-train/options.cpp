@@ -198,6 +198,23 @@ const cli::FlagTable<O>& table() {
                        "per logged step, epoch/train_loss, epoch/test_loss, epoch/test_accuracy "
                        "and epoch/images_per_second",
                        &O::tensorboard),
+          text_flag<O>("--trace", "FILE",
+                       "write a timeline of every rank (Chrome/Perfetto JSON: data wait, forward, "
+                       "backward, each bucket's all-reduce, optimizer, evaluation, checkpoint) "
+                       "to FILE at the end (rank 0); `ddp-train plot-trace FILE` draws it",
+                       &O::trace),
+          text_flag<O>("--debug-dir", "DIR",
+                       "when a collective fails or times out, or a rank gets SIGTERM, every rank "
+                       "writes its last collectives to DIR/flight-rank-N.json and the launcher "
+                       "names the rank the others waited for; `ddp-train analyze DIR` says it "
+                       "again (also DDP_DEBUG_DIR)",
+                       &O::debug_dir),
+          switch_flag<O>("--debug-collectives",
+                         "before each collective, check that every rank issues the same one "
+                         "(operation, dtype, shape): a mismatch fails at once naming both, "
+                         "instead of hanging (a store round trip per collective; also "
+                         "DDP_DEBUG_COLLECTIVES=1)",
+                         &O::debug_collectives),
           int_flag<O>("--log-every", "N", "log the loss every N steps (default 50)", &O::log_every,
                       1, kHuge),
           choice_flag<O>("--on-nan", "stop|skip",
@@ -367,7 +384,9 @@ std::string train_help() {
          "       ddp-train make-data [FLAGS]       write a synthetic data set (see make-data "
          "--help)\n"
          "       ddp-train plot METRICS.jsonl -o curves.png|svg   loss and accuracy against "
-         "epochs\n\n"
+         "epochs\n"
+         "       ddp-train plot-trace TRACE.json -o timeline.png   the last steps of a --trace\n"
+         "       ddp-train analyze DIR             why a job run with --debug-dir DIR hung\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process. Every flag can also be a key of a --config\n"
          "file; --dry-run prints them all as such a file.\n\nflags:\n" +

@@ -51,11 +51,14 @@ struct TrainOptions {
   double warmup_epochs = 0;  // linear warm-up from 0 before the schedule
   uint64_t seed = 0;
   // Run.
-  int threads = 0;          // 0: cores / local workers, or OMP_NUM_THREADS
-  int64_t max_steps = 0;    // per epoch; 0: the whole epoch
-  std::string metrics;      // JSON lines file, written by rank 0
-  std::string step_trace;   // prefix of the per-rank step-time CSV files (every rank)
-  std::string tensorboard;  // directory for TensorBoard event files, written by rank 0
+  int threads = 0;                 // 0: cores / local workers, or OMP_NUM_THREADS
+  int64_t max_steps = 0;           // per epoch; 0: the whole epoch
+  std::string metrics;             // JSON lines file, written by rank 0
+  std::string step_trace;          // prefix of the per-rank step-time CSV files (every rank)
+  std::string tensorboard;         // directory for TensorBoard event files, written by rank 0
+  std::string trace;               // Chrome/Perfetto trace of every rank's steps, written by rank 0
+  std::string debug_dir;           // flight records on a failure, a timeout or SIGTERM (every rank)
+  bool debug_collectives = false;  // every rank checks it issues the same collectives
   int64_t log_every = 50;
   bool no_eval = false;
   OnNan on_nan = OnNan::kStop;

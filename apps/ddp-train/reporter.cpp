@@ -77,6 +77,7 @@ JsonRecord epoch_record(const EpochReport& e, bool evaluated) {
       .add("peak_rss_mb", peak_rss_mb())
       .add("tensor_cache_mb", double(tensor_cache.held_bytes) / (1 << 20))
       .add("tensor_cache_misses", tensor_cache.misses);
+  e.stragglers.add_to(record);
   return record;
 }
 
@@ -158,6 +159,7 @@ void Reporter::end_epoch(const EpochReport& report, int64_t global_step) {
     std::printf("epoch %d/%d  train_loss %.4f  %.1f s  %.0f img/s\n", r.epoch, options_.epochs,
                 r.train_loss, r.seconds, r.images_per_second);
   }
+  if (world_size_ > 1) std::printf("  %s\n", report.stragglers.line().c_str());
   std::fflush(stdout);
 }
 

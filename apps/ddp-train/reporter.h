@@ -15,6 +15,7 @@
 #include "ddp/metrics.h"
 #include "options.h"
 #include "progress.h"
+#include "stragglers.h"
 #include "tensorboard.h"
 
 namespace ddp::train {
@@ -44,6 +45,7 @@ struct EpochReport {
   int64_t comm_bytes_per_step = 0;
   int64_t skipped_steps = 0;
   double optimizer_state_mb = 0;  // rank 0's
+  StragglerReport stragglers;
 };
 
 class Reporter {

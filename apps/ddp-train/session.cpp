@@ -13,11 +13,12 @@
 #include "flag_hint.h"
 
 namespace ddp::train {
-namespace {
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(int64_t(seconds * 1000));
 }
+
+namespace {
 
 // The device this rank trains on. auto: this node's GPU LOCAL_RANK when LibTorch has CUDA and
 // a GPU is visible, else the CPU; cuda:N: GPU N whatever the rank.
@@ -63,6 +64,8 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const Session& s
   pg.timeout(to_ms(o.timeout));
   pg.rendezvous_timeout(to_ms(o.rendezvous_timeout));
   pg.spin_before_sleep(std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000)));
+  pg.debug_dir(o.debug_dir);
+  pg.debug_collectives(o.debug_collectives);
   return with_flag_hint("--backend, --init-method, --device",
                         [&] { return ProcessGroup::init(pg, s.world); });
 }
@@ -194,6 +197,8 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   s.loader_options.batch_size(o.batch_size);
   s.loader_options.channels_last(o.channels_last);
   s.loader_options.transforms(make_transforms(o));
+  // A rank that never got this far is named here rather than timing out in a collective later.
+  if (s.group) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
   return s;
 }
 

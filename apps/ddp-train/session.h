@@ -3,6 +3,7 @@
 // device). Every rank-0 line of start-up is printed here.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,5 +50,8 @@ void sum_over_ranks(ProcessGroup* group, std::vector<double>& values);
 
 /// The largest of `value` over all ranks (itself without a group).
 double max_over_ranks(ProcessGroup* group, double value);
+
+/// A flag's seconds as the library's milliseconds.
+std::chrono::milliseconds to_ms(double seconds);
 
 }  // namespace ddp::train

@@ -20,6 +20,8 @@
 #include "optimizer.h"
 #include "session.h"
 #include "step_trace.h"
+#include "stragglers.h"
+#include "timeline.h"
 
 namespace ddp::train {
 namespace {
@@ -114,6 +116,8 @@ struct Training {
   DistributedSampler& sampler;
   data::Loader& loader;
   StepTrace& trace;
+  Timeline& timeline;
+  StragglerWatch stragglers;
   Reporter& reporter;
   const Fault fault;
   int64_t global_step;
@@ -143,13 +147,29 @@ bool update(Training& t, EpochTotals& totals, const std::function<std::string()>
   return true;
 }
 
+// A finished step's times, to --step-trace, --trace and the straggler report.
+void observe_step(Training& t, const StepTrace::Step& s) {
+  t.trace.write(s);
+  // Compute: all of the step but the waits for the batch and for the gradients' all-reduce.
+  t.stragglers.step(seconds_between(s.batch_ready, s.backward_done) +
+                    seconds_between(s.averaged, s.done));
+  if (!t.timeline.enabled()) return;
+  t.timeline.span("step", s.start, s.done, s.global_step);
+  t.timeline.span("data wait", s.start, s.batch_ready, s.global_step);
+  t.timeline.span("forward", s.batch_ready, s.forward_done, s.global_step);
+  t.timeline.span("backward", s.forward_done, s.backward_done, s.global_step);
+  t.timeline.span("all-reduce wait", s.backward_done, s.averaged, s.global_step);
+  t.timeline.span("optimizer", s.averaged, s.done, s.global_step);
+}
+
 // One training step on one batch: forward, backward (the gradients' all-reduce overlaps it),
 // update. Returns false at the end of the epoch's data.
 bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   const int rank = t.session.world.rank;
   const torch::Device device = t.session.device;
-  const bool exact = t.trace.enabled();  // see now_after()
+  const bool exact = t.trace.enabled() || t.timeline.enabled();  // see now_after()
   const auto t0 = Clock::now();
+  if (t.session.group) t.session.group->recorder().set_step(t.global_step + 1);
   std::optional<data::Batch> batch = t.loader.next();
   if (!batch) return false;
   batch->to(device);
@@ -176,11 +196,9 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   totals.times.backward += seconds_between(t2, t3) - exposed;
   totals.times.comm_exposed += exposed;
   totals.times.optimizer += seconds_between(t3, t4);
-  if (t.trace.enabled()) {
-    const auto backward_done =
-        t3 - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(exposed));
-    t.trace.write({epoch, t.global_step, t0, t1, t2, backward_done, t3, t4});
-  }
+  const auto backward_done =
+      t3 - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(exposed));
+  observe_step(t, {epoch, t.global_step, t0, t1, t2, backward_done, t3, t4});
   const int64_t count = batch->labels.size(0);
   totals.loss_sum += loss.detach().to(torch::kFloat64) * double(count);
   totals.images += count;
@@ -224,11 +242,14 @@ EpochReport train_epoch(Training& t, int epoch) {
   report.times = totals.times;
   report.skipped_steps = totals.skipped_steps;
   report.comm_bytes_per_step = t.model.bytes_communicated_per_step();
+  report.stragglers = t.stragglers.end_epoch(group);
   return report;
 }
 
-void add_evaluation(const Session& s, EpochResult& r) {
-  const Evaluation e = evaluate(s);
+void add_evaluation(const Training& t, EpochResult& r) {
+  const auto start = Clock::now();
+  const Evaluation e = evaluate(t.session);
+  t.timeline.span("evaluation", start, Clock::now());
   r.test_loss = e.loss;
   r.test_acc = e.accuracy;
   r.test_images = e.total;
@@ -251,6 +272,7 @@ double optimizer_state_mb(const Training& t, bool first_epoch) {
 void checkpoint_if_due(const Training& t, int epoch) {
   const TrainOptions& o = t.options;
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
+  const auto start = Clock::now();
   CheckpointState state;
   state.epoch = epoch;
   state.global_step = t.global_step;
@@ -258,10 +280,14 @@ void checkpoint_if_due(const Training& t, int epoch) {
   state.config = config_text(o);
   state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
   const bool root = t.session.is_root();
+  // A rank missing here is named, instead of the save's collectives timing out.
+  if (t.session.group)
+    t.session.group->monitored_barrier(to_ms(o.timeout), concat("checkpoint of epoch ", epoch));
   t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.session.model, state, root);
   if (root) prune_checkpoints(o.checkpoint_dir, o.keep);
   // Nobody goes on (or reads the checkpoint) before it is complete.
   if (t.session.group) t.session.group->barrier();
+  t.timeline.span(concat("checkpoint of epoch ", epoch), start, Clock::now());
 }
 
 }  // namespace
@@ -270,6 +296,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // The output files first: a path that cannot be written fails before start-up's work.
   Reporter reporter(o, world.rank, world.world_size);
   StepTrace trace(o.step_trace, world.rank);
+  Timeline timeline(o.trace, world.rank);
   const Fault fault = Fault::from_environment();  // a malformed DDP_FAULT fails before start-up
   const Session s = open_session(o, world);
   const int64_t epoch_steps = steps_per_epoch(o, int64_t(s.train_set->size()), world.world_size);
@@ -280,12 +307,14 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   DistributedSampler sampler(int64_t(s.train_set->size()), world.world_size, world.rank,
                              sampler_options(o));
   data::Loader loader(*s.train_set, s.loader_options);
+  if (s.group) timeline.watch(s.group->recorder());
   reporter.start();
-  Training t{o, s, model, optimizer, sampler, loader, trace, reporter, fault, start.global_step};
+  Training t{o,     s,        model, optimizer, sampler, loader,
+             trace, timeline, {},    reporter,  fault,   start.global_step};
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     EpochReport report = train_epoch(t, epoch);
-    if (!o.no_eval) add_evaluation(s, report.result);
+    if (!o.no_eval) add_evaluation(t, report.result);
     report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
     reporter.end_epoch(report, t.global_step);
     results.push_back(report.result);
@@ -296,6 +325,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
   }
   reporter.summary(results);
+  timeline.write(s.group.get());
   print_fingerprint(world.rank, *s.model);
   return results;
 }

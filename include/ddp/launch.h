@@ -2,7 +2,8 @@
 // program with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT), prefixes their output
 // with [rank N], and tears the whole group down when any worker fails: SIGTERM, then SIGKILL
-// after a grace period, the failed rank named with how it ended and its last stderr lines.
+// after a grace period, the failed rank named with how it ended and its last stderr lines, and,
+// with a debug directory, the verdict of the workers' flight records.
 #pragma once
 
 #include <string>
@@ -29,6 +30,10 @@ struct LaunchOptions {
   TORCH_ARG(std::string, log_dir);
   /// Show only rank 0's output on the console (all ranks still go to the log files).
   TORCH_ARG(bool, console_rank0_only) = false;
+  /// The workers' debug directory (DDP_DEBUG_DIR; empty: the launcher's own DDP_DEBUG_DIR, if
+  /// any). When the job fails or is stopped, the launcher reads the flight records the workers
+  /// wrote there and names the rank the others waited for (hang_analysis.h).
+  TORCH_ARG(std::string, debug_dir);
   /// Lines of a failed worker's stderr to print.
   TORCH_ARG(int, tail_lines) = 20;
   /// The program and its arguments.

@@ -14,6 +14,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
+#include "ddp/flight_recorder.h"
 #include "ddp/world.h"
 
 namespace c10d {
@@ -48,14 +49,28 @@ struct ProcessGroupOptions {
   /// all-reduce, and the ranks drift apart after each such wake-up; polling avoids both
   /// (docs/performance.md has the figures). Zero (the default, as PyTorch's Gloo): sleep at once.
   TORCH_ARG(std::chrono::microseconds, spin_before_sleep) = std::chrono::microseconds(0);
+
+  // Debugging a hung or failing job (flight_recorder.h, hang_analysis.h). The environment turns
+  // them on for any program: DDP_DEBUG_DIR=DIR, DDP_DEBUG_COLLECTIVES=1, DDP_FLIGHT_RECORDS=N.
+  /// Where this rank writes its flight record when a collective fails or times out, and on
+  /// SIGTERM (empty: nowhere).
+  TORCH_ARG(std::string, debug_dir);
+  /// Before each collective, check that every rank issues the same one (operation, dtype,
+  /// shape): a mismatch fails at once on every rank, naming both, instead of hanging or
+  /// corrupting. Costs a store round trip per collective (docs/debugging.md).
+  TORCH_ARG(bool, debug_collectives) = false;
+  /// How many of the last collectives the flight recorder keeps (0: none).
+  TORCH_ARG(int, flight_records) = 2000;
 };
 
 /// Handle on one asynchronous collective.
 class Work {
  public:
   /// `spin_before_sleep`: see ProcessGroupOptions.
+  /// `recorder` and `seq`: where the collective is recorded (completion, failure).
   explicit Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
-                std::chrono::microseconds spin_before_sleep = {});
+                std::chrono::microseconds spin_before_sleep = {},
+                std::shared_ptr<FlightRecorder> recorder = nullptr, int64_t seq = 0);
   Work(Work&&) noexcept;
   Work& operator=(Work&&) noexcept;
   ~Work();
@@ -65,8 +80,14 @@ class Work {
   Work&& then(std::function<void()> finish) &&;
 
  private:
+  /// Records the failure, writes the flight record, throws `error`.
+  template <typename E>
+  [[noreturn]] void failed(const E& error);
+
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  int64_t seq_ = 0;
   std::string what_;
   int rank_;
   std::chrono::microseconds spin_before_sleep_;
@@ -109,6 +130,13 @@ class ProcessGroup {
   std::vector<torch::Tensor> allgather(const torch::Tensor& tensor);
   /// Waits until every rank has called barrier().
   void barrier();
+  /// A barrier that names the ranks that did not arrive: rank 0 waits up to `timeout` for every
+  /// rank, then every rank throws TimeoutError naming the missing ones ("start-up: rank(s) 2, 3
+  /// did not arrive within 20 s"). Goes through the store, so it works when a backend is stuck.
+  void monitored_barrier(std::chrono::milliseconds timeout, const std::string& what = "barrier");
+
+  /// This rank's record of its recent collectives.
+  FlightRecorder& recorder() { return *recorder_; }
 
   /// The rendezvous store (for small out-of-band exchanges; keys get a unique prefix).
   c10d::Store& store() { return *store_; }
@@ -119,9 +147,17 @@ class ProcessGroup {
  private:
   ProcessGroup() = default;
   void check_rendezvous(std::chrono::milliseconds timeout);
+  /// The flight recorder, and the debugging options, once the group is connected.
+  void start_recorder(const ProcessGroupOptions& options);
   bool needs_device_copy(const torch::Tensor& tensor) const;
-  /// `work` as this rank's Work: errors name the rank and `what`, waits poll as configured.
-  Work track(c10::intrusive_ptr<c10d::Work> work, std::string what) const;
+  /// Records a collective about to be issued (after checking, with debug_collectives, that
+  /// every rank issues the same); returns its seq.
+  int64_t begin(const std::string& op, const torch::Tensor& tensor);
+  /// Throws DistributedError when the ranks' `signature`s of collective `seq` differ.
+  void check_same_collective(int64_t seq, const std::string& signature);
+  /// `work` (collective `seq`) as this rank's Work: errors name the rank and `what`, waits poll
+  /// as configured, completion is recorded.
+  Work track(c10::intrusive_ptr<c10d::Work> work, std::string what, int64_t seq) const;
   /// Runs `collective` on a copy of `tensor` on device() and copies the result back when done.
   Work through_device(torch::Tensor& tensor, const std::function<Work(torch::Tensor&)>& collective);
 
@@ -135,6 +171,8 @@ class ProcessGroup {
   std::chrono::microseconds spin_before_sleep_{0};
   torch::Device device_ = torch::kCPU;
   int prefix_counter_ = 0;
+  std::shared_ptr<FlightRecorder> recorder_;
+  bool debug_collectives_ = false;
 };
 
 /// True for 127.0.0.0/8, ::1 and "localhost".

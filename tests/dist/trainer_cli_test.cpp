@@ -189,12 +189,13 @@ TEST_F(TrainerTest, ConfigurationHasEveryFlagAndReadsBackAsItself) {
     std::replace(key.begin(), key.end(), '-', '_');
     if (key != "config" && key != "help") keys.push_back(key);
   }
-  EXPECT_EQ(keys.size(), 51u) << help.output;
+  EXPECT_EQ(keys.size(), 54u) << help.output;
   std::vector<std::string> all = {
       "--data-dir",       data_->path(), "--metrics",     dir / "m \"quoted\".jsonl",
       "--step-trace",     dir / "st",    "--tensorboard", dir / "tb",
       "--checkpoint-dir", dir / "ck",    "--export",      dir / "e.pt",
-      "--checkpoint",     dir / "c.pt"};
+      "--checkpoint",     dir / "c.pt",  "--trace",       dir / "t.json",
+      "--debug-dir",      dir / "dbg"};
   std::istringstream others(
       "--dataset cifar-10 --download --download-url http://mirror.example/c.tar.gz "
       "--download-md5 0123456789abcdef0123456789abcdef --normalize --random-crop --hflip "
@@ -205,7 +206,7 @@ TEST_F(TrainerTest, ConfigurationHasEveryFlagAndReadsBackAsItself) {
       "tcp://127.0.0.1:29999 --timeout 30.5 --rendezvous-timeout 40 --spin-wait-ms 5 "
       "--bucket-cap-mb 10 --first-bucket-cap-mb 0.25 --comm-hook powersgd:2:10 "
       "--nproc-per-node 2 --dry-run --no-sync-baseline --lockstep-baseline "
-      "--checkpoint-every 2 --keep 4");
+      "--checkpoint-every 2 --keep 4 --debug-collectives");
   for (std::string word; others >> word;) all.push_back(word);
   for (const std::vector<std::string>& start :
        {std::vector<std::string>{"--resume", "auto"}, {"--init-from", dir / "init.pt"}}) {

@@ -77,6 +77,36 @@ TEST_F(TrainerTest, HangingRankEndsTheJobAfterTheCollectiveTimeout) {
   EXPECT_NE(r.output.find("rank 0 (local rank 0"), std::string::npos) << r.output;
 }
 
+// With --debug-dir every rank still alive writes its flight record (rank 0 when its all-reduce
+// times out, the hung rank on the launcher's SIGTERM), and the launcher's last line names the
+// rank the others waited for and the collective it never started; `analyze` says it again.
+TEST_F(TrainerTest, HangingRankIsNamedFromTheFlightRecords) {
+  for (const int workers : {2, 3}) {
+    const test::TempDir out;
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = test::run(
+        {test::train_bin(), "--data-dir", data_->path(), "--epochs", "1", "--no-eval",
+         "--nproc-per-node", std::to_string(workers), "--timeout", "5", "--debug-dir", out / "d"},
+        {{"DDP_FAULT", "hang@10:1"}}, 120s);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+    const std::regex verdict(
+        "rank 1 never started all-reduce #[0-9]+ \\(step 10, bucket 0\\) of float32\\[[0-9]+\\]; "
+        "ranks? [0-9, ]+ waited [0-9.]+ s in it");
+    const std::string last_line = r.output.substr(r.output.rfind('\n', r.output.size() - 2) + 1);
+    EXPECT_TRUE(std::regex_search(last_line, verdict)) << r.output;
+    EXPECT_EQ(last_line.rfind("ddp-train: rank 1 never started", 0), 0u) << r.output;
+    for (int rank = 0; rank < workers; ++rank)
+      EXPECT_TRUE(std::filesystem::exists(out / concat("d/flight-rank-", rank, ".json"))) << rank;
+    const auto analysis = test::run({test::train_bin(), "analyze", out / "d"}, {}, 60s);
+    EXPECT_EQ(analysis.exit_code, 0) << analysis.output;
+    EXPECT_EQ(analysis.output.substr(0, analysis.output.find('\n')),
+              last_line.substr(std::string("ddp-train: ").size(),
+                               last_line.size() - std::string("ddp-train: ").size() - 1))
+        << analysis.output;
+  }
+}
+
 // An output file that cannot be written is refused before start-up (no data read, no process
 // group), naming the path; rank 0's failure ends a two-rank job.
 TEST_F(TrainerTest, UnwritableOutputsFailBeforeStartUpNamingThePath) {

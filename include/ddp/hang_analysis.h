@@ -1,0 +1,29 @@
+// Why a job hung, from its ranks' flight records (flight_recorder.h) side by side: the rank
+// that never started the collective the others waited in, ranks that disagree on what a
+// collective is, ranks that left no record. The launcher prints it when a job with a debug
+// directory fails; `ddp-train analyze DIR` prints it afterwards.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ddp/flight_recorder.h"
+
+namespace ddp {
+
+struct HangDiagnosis {
+  /// The verdict first ("rank 1 never started all-reduce #812 (step 203, bucket 0); rank 0
+  /// waited 20.0 s in it"), then one line for each rank.
+  std::vector<std::string> lines;
+  /// The ranks the verdict names as the cause (empty when no rank is to blame).
+  std::vector<int> culprits;
+};
+
+/// The records in `dir` of the job that wrote last there (older jobs' files are ignored), of
+/// those written at or after `since_us` (Unix microseconds). Throws IoError when there are none.
+std::vector<RankRecord> read_rank_records(const std::string& dir, int64_t since_us = 0);
+
+/// Compares the records of one job.
+HangDiagnosis diagnose_hang(const std::vector<RankRecord>& records);
+
+}  // namespace ddp
