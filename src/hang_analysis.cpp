@@ -188,4 +188,18 @@ HangDiagnosis diagnose_hang(const std::vector<RankRecord>& records) {
   return d;
 }
 
+void print_hang_report(std::FILE* out, const std::string& program, const std::string& dir,
+                       int64_t since_us) {
+  if (dir.empty()) return;
+  try {
+    const HangDiagnosis d = diagnose_hang(read_rank_records(dir, since_us));
+    std::fprintf(out, "%s: flight records in %s:\n", program.c_str(), dir.c_str());
+    for (size_t i = 1; i < d.lines.size(); ++i) std::fprintf(out, "    %s\n", d.lines[i].c_str());
+    std::fprintf(out, "%s: %s\n", program.c_str(), d.lines.front().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(out, "%s: no flight records to compare: %s\n", program.c_str(),
+                 first_line(e.what()).c_str());
+  }
+}
+
 }  // namespace ddp

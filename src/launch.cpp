@@ -393,22 +393,6 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
 }
 
-// The verdict of the flight records the workers wrote since `since_us` (when the job has a
-// debug directory): the launcher's last lines, so the cause is what the user reads first.
-void report_flight_records(const LaunchOptions& o, int64_t since_us) {
-  if (o.debug_dir().empty()) return;
-  try {
-    const HangDiagnosis d = diagnose_hang(read_rank_records(o.debug_dir(), since_us));
-    std::fprintf(stderr, "%s: flight records in %s:\n", o.name().c_str(), o.debug_dir().c_str());
-    for (size_t i = 1; i < d.lines.size(); ++i)
-      std::fprintf(stderr, "    %s\n", d.lines[i].c_str());
-    std::fprintf(stderr, "%s: %s\n", o.name().c_str(), d.lines.front().c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: no flight records to compare: %s\n", o.name().c_str(),
-                 first_line(e.what()).c_str());
-  }
-}
-
 }  // namespace
 
 std::string signal_name(int sig) {
@@ -485,7 +469,7 @@ int launch(const LaunchOptions& given) {
       std::fprintf(stderr, "%s: received %s, stopping all workers\n", options.name().c_str(),
                    signal_name(g_stop_signal).c_str());
       group.stop(options.grace_seconds());
-      report_flight_records(options, started_us);
+      print_hang_report(stderr, options.name(), options.debug_dir(), started_us);
       result = 128 + g_stop_signal;
       break;
     }
@@ -498,7 +482,7 @@ int launch(const LaunchOptions& given) {
       std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", options.name().c_str(), w.rank);
       for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
     }
-    report_flight_records(options, started_us);
+    print_hang_report(stderr, options.name(), options.debug_dir(), started_us);
     if (restart < options.max_restarts()) {
       std::fprintf(stderr, "%s: restarting the workers (restart %d of %d)\n",
                    options.name().c_str(), restart + 1, options.max_restarts());

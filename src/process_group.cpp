@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -102,10 +101,24 @@ std::string dtype_name(c10::ScalarType type) {
   }
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += concat(i ? ", " : "", ranks[i]);
-  return out;
+// Records collective `seq`'s end when the backend finishes it, not when this rank waits for
+// it: the record (and --trace) then shows how far it ran alongside backward.
+void record_completion(c10d::Work& work, const std::shared_ptr<FlightRecorder>& recorder,
+                       int64_t seq) {
+  try {
+    std::weak_ptr<FlightRecorder> weak = recorder;
+    work.getFuture()->addCallback([weak, seq](c10::ivalue::Future& future) {
+      if (auto r = weak.lock()) {
+        if (future.hasError()) {
+          r->fail(seq, first_line(future.tryRetrieveErrorMessage()));
+        } else {
+          r->complete(seq);
+        }
+      }
+    });
+  } catch (const std::exception&) {
+    // A backend whose Work has no future: Work::wait() records the completion instead.
+  }
 }
 
 // The debugging options the environment asks for (ProcessGroupOptions), on top of the code's.
@@ -310,48 +323,6 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
       concat("unknown backend '", options.backend(), "'; use gloo, nccl (CUDA builds) or mpi"));
 }
 
-void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
-  // Each rank announces itself with its world size; every rank then waits for all of them. A
-  // rank started with another world size, or twice with the same rank, is named in the error.
-  const std::string me = "rendezvous/rank/" + std::to_string(rank_);
-  const int64_t copies = store_->add(me + "/count", 1);
-  if (copies > 1) {
-    throw DistributedError(
-        concat("rank ", rank_, " joined twice; every process needs its own RANK"));
-  }
-  const std::string mine = std::to_string(size_);
-  store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
-  const auto deadline = Clock::now() + timeout;
-  std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
-    const std::string key = "rendezvous/rank/" + std::to_string(r);
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    try {
-      store_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
-    } catch (const std::exception&) {
-      missing.push_back(r);
-      continue;
-    }
-    const std::vector<uint8_t> theirs = store_->get(key);
-    const std::string their_size(theirs.begin(), theirs.end());
-    if (their_size != mine) {
-      throw DistributedError(concat("rank ", rank_, " was started with world size ", size_,
-                                    " but rank ", r, " with world size ", their_size,
-                                    "; start every rank with the same WORLD_SIZE"));
-    }
-  }
-  if (!missing.empty()) {
-    std::ostringstream list;
-    for (size_t i = 0; i < missing.size(); ++i) list << (i ? ", " : "") << missing[i];
-    throw TimeoutError(
-        concat("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
-               " s waiting for rank(s) ", list.str(), " of world size ", size_,
-               "; they did not start, cannot reach the master, or were given another "
-               "world size"));
-  }
-}
-
 void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
   // A job id that tells this group's records from an earlier job's in the same directory.
   const std::string key = "flight/job";
@@ -366,83 +337,6 @@ void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
   // With a debug directory, SIGTERM (a launcher stopping a hung job) writes the record too.
   recorder_->dump_to(options.debug_dir(), /*on_sigterm=*/true);
   debug_collectives_ = options.debug_collectives();
-}
-
-void ProcessGroup::check_same_collective(int64_t seq, const std::string& signature) {
-  // Every rank posts its signature under the collective's number and reads the others'. Once a
-  // rank has read them all for `seq`, every rank has finished reading `seq - 1`: its key can go.
-  const std::string prefix = concat("debug/collective/", seq, "/");
-  store_->set(concat(prefix, rank_), std::vector<uint8_t>(signature.begin(), signature.end()));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(concat(prefix, r));
-  try {
-    store_->wait(keys, timeout_);
-  } catch (const std::exception&) {
-    std::vector<int> absent;
-    for (int r = 0; r < size_; ++r)
-      if (!store_->check({keys[size_t(r)]})) absent.push_back(r);
-    throw TimeoutError(concat("rank ", rank_, ": collective #", seq, " (", signature, "): rank(s) ",
-                              rank_list(absent), " did not issue it within ", seconds(timeout_),
-                              " s (debug_collectives)"));
-  }
-  std::map<std::string, std::vector<int>> calls;
-  for (int r = 0; r < size_; ++r) {
-    const std::vector<uint8_t> theirs = store_->get(keys[size_t(r)]);
-    calls[std::string(theirs.begin(), theirs.end())].push_back(r);
-  }
-  if (seq > 1) {
-    try {
-      store_->deleteKey(concat("debug/collective/", seq - 1, "/", rank_));
-    } catch (const std::exception&) {
-      // A store without deleteKey keeps the keys: a little memory, nothing else.
-    }
-  }
-  if (calls.size() == 1) return;
-  std::string list;
-  for (const auto& [call, ranks] : calls)
-    list += concat(list.empty() ? "" : "; ", "rank(s) ", rank_list(ranks), " issued ", call);
-  throw DistributedError(concat("rank ", rank_, ": collective #", seq,
-                                " differs between ranks: ", list,
-                                ". Every rank must issue the same collectives, with the same "
-                                "shapes and dtypes, in the same order (debug_collectives)"));
-}
-
-void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const std::string& what) {
-  // Rank 0 waits for every rank's arrival key, then posts the verdict every rank reads.
-  const std::string prefix = unique_prefix("monitored_barrier");
-  const std::string verdict_key = prefix + "verdict";
-  store_->set(concat(prefix, rank_), std::vector<uint8_t>{1});
-  std::string verdict;
-  if (rank_ == 0) {
-    const auto deadline = Clock::now() + timeout;
-    std::vector<int> absent;
-    for (int r = 1; r < size_; ++r) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      try {
-        store_->wait({concat(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
-      } catch (const std::exception&) {
-        absent.push_back(r);
-      }
-    }
-    if (!absent.empty()) {
-      verdict = concat(what, ": rank(s) ", rank_list(absent), " did not arrive within ",
-                       seconds(timeout), " s");
-    }
-    store_->set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
-  } else {
-    try {
-      // Rank 0 answers within `timeout` of its own arrival; allow as long again for it to come.
-      store_->wait({verdict_key}, 2 * timeout);
-    } catch (const std::exception&) {
-      verdict = concat(what, ": rank(s) 0 did not arrive within ", seconds(2 * timeout), " s");
-    }
-    if (verdict.empty()) {
-      const std::vector<uint8_t> text = store_->get(verdict_key);
-      verdict.assign(text.begin(), text.end());
-    }
-  }
-  if (!verdict.empty()) throw TimeoutError(concat("rank ", rank_, ": ", verdict));
 }
 
 // NCCL moves device tensors only; the CPU tensors ddp.cpp exchanges (flags, counts, fingerprints)
@@ -551,22 +445,7 @@ int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor) 
 }
 
 Work ProcessGroup::track(c10::intrusive_ptr<c10d::Work> work, std::string what, int64_t seq) const {
-  // Completion is recorded when the backend finishes, not when this rank waits for it: the
-  // record (and --trace) then shows how far the collective ran alongside backward.
-  try {
-    std::weak_ptr<FlightRecorder> recorder = recorder_;
-    work->getFuture()->addCallback([recorder, seq](c10::ivalue::Future& future) {
-      if (auto r = recorder.lock()) {
-        if (future.hasError()) {
-          r->fail(seq, first_line(future.tryRetrieveErrorMessage()));
-        } else {
-          r->complete(seq);
-        }
-      }
-    });
-  } catch (const std::exception&) {
-    // A backend whose Work has no future: Work::wait() records the completion instead.
-  }
+  if (recorder_->keeps_records()) record_completion(*work, recorder_, seq);
   return Work(std::move(work), std::move(what), rank_, spin_before_sleep_, recorder_, seq);
 }
 

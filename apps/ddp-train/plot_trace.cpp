@@ -92,7 +92,8 @@ int colour_of(const Bar& b) {
   return 10;  // evaluation, checkpoint
 }
 
-void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string& out) {
+void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string& title,
+          const std::string& out) {
   std::map<std::pair<int, int>, int> rows;  // (rank, track) → row, rank 0's compute on top
   for (const Bar& b : bars) rows[{b.rank, b.track}] = 0;
   int next = int(rows.size());
@@ -108,15 +109,19 @@ void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string&
   plwind(0, (t1 - t0) / 1e3, 0, double(rows.size()));
   plcol0(15);
   plbox("bcnst", 0, 0, "bc", 0, 0);
-  pllab("milliseconds", "",
-        "compute: data wait (grey), forward (red), backward (blue), all-reduce wait (yellow), "
-        "optimizer (green); bucket all-reduces (violet)");
+  pllab("milliseconds", "", "");
+  plmtex("t", 2.2, 0.5, 0.5, title.c_str());
+  plschr(0, 0.75);
+  plmtex("t", 0.8, 0.5, 0.5,
+         "data wait grey, forward red, backward blue, all-reduce wait yellow, optimizer green; "
+         "bucket all-reduces violet");
   for (const auto& [key, row] : rows) {
     const std::string label = key.second == 0
                                   ? concat("rank ", key.first, " compute")
                                   : concat("rank ", key.first, " bucket ", key.second - 2);
-    plptex(-0.01 * (t1 - t0) / 1e3, row + 0.5, 1, 0, 1, label.c_str());
+    plmtex("lv", 1.0, (row + 0.5) / double(rows.size()), 1.0, label.c_str());
   }
+  plschr(0, 1.0);
   for (const Bar& b : bars) {
     const int row = rows[{b.rank, b.track}];
     PLFLT x[4] = {(std::max(b.begin_us, t0) - t0) / 1e3, (std::min(b.end_us, t1) - t0) / 1e3, 0, 0};
@@ -129,7 +134,7 @@ void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string&
   plend();
 }
 #else
-void draw(const std::vector<Bar>&, double, double, const std::string& out) {
+void draw(const std::vector<Bar>&, double, double, const std::string&, const std::string& out) {
   throw InvalidArgument(concat("plot-trace: cannot draw ", out,
                                ": this ddp-train was built without PLplot (DDP_WITH_PLOT=OFF; "
                                "Debian: libplplot-dev, plplot-driver-cairo)"));
@@ -170,7 +175,7 @@ int run_plot_trace(const std::vector<std::string>& args) {
   }
   double t0 = 0, t1 = 0;
   const std::vector<Bar> bars = last_steps(read_bars(trace), steps, t0, t1);
-  draw(bars, t0, t1, out);
+  draw(bars, t0, t1, concat("ddp-train --trace: the last ", steps, " step(s) of ", trace), out);
   std::printf("plot-trace: the last %lld step(s) of %s (%.1f ms) drawn to %s\n", (long long)steps,
               trace.c_str(), (t1 - t0) / 1e3, out.c_str());
   return 0;

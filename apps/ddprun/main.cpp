@@ -42,6 +42,11 @@ const ddp::cli::FlagTable<O>& table() {
                        DDP_CLI_FIELD(log_dir)),
           switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
                          DDP_CLI_FIELD(console_rank0_only)),
+          text_flag<O>("--debug-dir", "DIR",
+                       "the workers write their flight records to DIR (DDP_DEBUG_DIR) when a "
+                       "collective fails or times out, or on SIGTERM; when the job fails, ddprun "
+                       "names the rank the others waited for",
+                       DDP_CLI_FIELD(debug_dir)),
       },
       /*underscores_as_dashes=*/true);
   return flags;

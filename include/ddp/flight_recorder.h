@@ -94,6 +94,8 @@ class FlightRecorder {
   std::vector<CollectiveRecord> records() const;
   /// The number of collectives issued so far (the last seq).
   int64_t issued() const;
+  /// Whether it keeps records at all (capacity above 0).
+  bool keeps_records() const { return capacity_ > 0; }
   const RecorderIdentity& identity() const { return identity_; }
 
   /// Called with each collective as it completes or fails, on the thread that saw it (--trace

@@ -4,6 +4,7 @@
 // directory fails; `ddp-train analyze DIR` prints it afterwards.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,11 @@ std::vector<RankRecord> read_rank_records(const std::string& dir, int64_t since_
 
 /// Compares the records of one job.
 HangDiagnosis diagnose_hang(const std::vector<RankRecord>& records);
+
+/// The launcher's report on the records in `dir` (when not empty) written since `since_us`: a
+/// line for each rank, then the verdict, last, so that it is what the user reads first; each
+/// line of `program`'s own starts with "PROGRAM: ". Says so when there are no records.
+void print_hang_report(std::FILE* out, const std::string& program, const std::string& dir,
+                       int64_t since_us);
 
 }  // namespace ddp
