@@ -4,9 +4,9 @@
 # (the recorder keeps the last 2000 collectives), with --debug-dir (records written only when
 # the job fails), --trace and --debug-collectives; in turns, each configuration once a turn in
 # rotating order, so drift on this VM falls on all of them alike. The ratio is against the
-# recorder-off run of the same turn; the table's last column gives the median over the turns.
-# With DDP_TRAIN_BEFORE=PATH, a ddp-train built from an earlier commit runs in each turn too
-# ("before"): the default run against it shows whether anything else changed the speed.
+# recorder-off run of the same turn, median over the turns. With DDP_TRAIN_BEFORE=PATH, a
+# ddp-train built from an earlier commit runs in each turn too ("before"), and a last column
+# gives each configuration's median ratio to it: whether anything else changed the speed.
 # usage: bench/debug_overhead.sh [TURNS (5)] [STEPS (150)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,16 +54,24 @@ for ((t = 1; t <= turns; t++)); do
   header+=" turn $t img/s |"
   rule+="---|"
 done
-echo "$header median ratio to recorder off |"
-echo "$rule---|"
+echo "$header median ratio to recorder off | median ratio to before |"
+echo "$rule---|---|"
 for ((i = 0; i < n; i++)); do
   row="| ${names[$i]} |"
   ratios=()
   for ((t = 1; t <= turns; t++)); do
-    row+=" ${ips[$t,$i]} |"
+    row+=" $(printf '%.0f' "${ips[$t,$i]}") |"
     ratios+=("$(awk -v a="${ips[$t,$i]}" -v b="${ips[$t,0]}" 'BEGIN { print a / b }')")
   done
-  echo "$row $(awk -v m="$(median "${ratios[@]}")" 'BEGIN { printf "%.3f", m }') |"
+  before="-"
+  if [[ -n ${DDP_TRAIN_BEFORE:-} ]]; then
+    vs=()
+    for ((t = 1; t <= turns; t++)); do
+      vs+=("$(awk -v a="${ips[$t,$i]}" -v b="${ips[$t,$((n - 1))]}" 'BEGIN { print a / b }')")
+    done
+    before=$(awk -v m="$(median "${vs[@]}")" 'BEGIN { printf "%.3f", m }')
+  fi
+  echo "$row $(awk -v m="$(median "${ratios[@]}")" 'BEGIN { printf "%.3f", m }') | $before |"
 done
 echo
 echo "($turns turns of $steps steps, 2 workers x 1 thread, batch 64 per worker; $(git rev-parse --short HEAD))"

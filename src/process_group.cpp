@@ -203,8 +203,8 @@ void Work::wait() {
 template <typename E>
 void Work::failed(const E& error) {
   if (recorder_) {
-    recorder_->fail(seq_, error.what());
-    recorder_->dump(error.what());
+    recorder_->fail(seq_, error.what());  // the whole message stays in the record
+    recorder_->dump(concat(what_, " #", seq_, " failed"));
   }
   throw error;
 }
@@ -437,7 +437,7 @@ int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor) 
       check_same_collective(seq, call.signature());
     } catch (const std::exception& e) {
       recorder_->fail(seq, e.what());
-      recorder_->dump(e.what());
+      recorder_->dump(concat("collective #", seq, " failed the check across ranks"));
       throw;
     }
   }
