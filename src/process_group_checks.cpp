@@ -26,6 +26,20 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
+// Waits until every one of `keys` is in the store; throws like Store::wait() after `timeout`.
+// The other ranks usually post within a moment, so it polls for up to 5 ms first: LibTorch
+// 2.14's FileStore (one node under ddprun) looks only every 10 ms in wait(), which cost
+// --debug-collectives 17% of a step (docs/debugging.md).
+void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
+                   std::chrono::milliseconds timeout) {
+  const auto poll_until = Clock::now() + std::chrono::milliseconds(5);
+  while (Clock::now() < poll_until) {
+    if (store.check(keys)) return;
+    sched_yield();
+  }
+  store.wait(keys, timeout);
+}
+
 }  // namespace
 
 void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
@@ -46,7 +60,7 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     try {
-      store_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
+      wait_for_keys(*store_, {key}, std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception&) {
       missing.push_back(r);
       continue;
@@ -76,15 +90,7 @@ void ProcessGroup::check_same_collective(int64_t seq, const std::string& signatu
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(concat(prefix, r));
   try {
-    // The other ranks usually post within a moment: poll first. A FileStore's wait() sleeps
-    // 10 ms between looks, which cost a step 17% here (docs/debugging.md).
-    const auto poll_until = Clock::now() + std::chrono::milliseconds(5);
-    bool all = store_->check(keys);
-    while (!all && Clock::now() < poll_until) {
-      sched_yield();
-      all = store_->check(keys);
-    }
-    if (!all) store_->wait(keys, timeout_);
+    wait_for_keys(*store_, keys, timeout_);
   } catch (const std::exception&) {
     std::vector<int> absent;
     for (int r = 0; r < size_; ++r)
@@ -128,7 +134,7 @@ void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const st
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
-        store_->wait({concat(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
+        wait_for_keys(*store_, {concat(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
       } catch (const std::exception&) {
         absent.push_back(r);
       }
@@ -141,7 +147,7 @@ void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const st
   } else {
     try {
       // Rank 0 answers within `timeout` of its own arrival; allow as long again for it to come.
-      store_->wait({verdict_key}, 2 * timeout);
+      wait_for_keys(*store_, {verdict_key}, 2 * timeout);
     } catch (const std::exception&) {
       verdict = concat(what, ": rank(s) 0 did not arrive within ", seconds(2 * timeout), " s");
     }
