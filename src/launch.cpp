@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -84,8 +85,13 @@ Pipe make_pipe() {
 
 class Group {
  public:
-  Group(const LaunchOptions& options, int port, int restart, std::string store_file)
-      : o_(options), port_(port), restart_(restart), store_file_(std::move(store_file)) {}
+  Group(const LaunchOptions& options, int port, int restart, std::string store_file,
+        std::vector<std::vector<int>> cpu_shares)
+      : o_(options),
+        port_(port),
+        restart_(restart),
+        store_file_(std::move(store_file)),
+        cpu_shares_(std::move(cpu_shares)) {}
   ~Group() { stop(0.0); }
 
   void start();
@@ -107,6 +113,7 @@ class Group {
   int port_;
   int restart_;
   std::string store_file_;  // one node: the rendezvous FileStore; empty across nodes
+  std::vector<std::vector<int>> cpu_shares_;  // per local rank, with --cpu-bind; else empty
   std::vector<Worker> workers_;
   bool live_shown_ = false;  // a worker's progress line is on the console, unfinished
 };
@@ -141,7 +148,8 @@ void Group::spawn(Worker& w) {
                                          "TORCHELASTIC_RESTART_COUNT",
                                          "TORCHELASTIC_USE_AGENT_STORE",
                                          "DDP_STORE_FILE",
-                                         "DDP_DEBUG_DIR"};
+                                         "DDP_DEBUG_DIR",
+                                         "DDP_CPU_BIND"};
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
@@ -159,6 +167,12 @@ void Group::spawn(Worker& w) {
   env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
   if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
   if (!o_.debug_dir().empty()) env.push_back("DDP_DEBUG_DIR=" + o_.debug_dir());
+  cpu_set_t cpus;  // filled here: the child only applies it
+  CPU_ZERO(&cpus);
+  if (!cpu_shares_.empty()) {
+    for (int cpu : cpu_shares_[size_t(w.local_rank)]) CPU_SET(cpu, &cpus);
+    env.push_back("DDP_CPU_BIND=cores");
+  }
   // Workers write to pipes; this tells them the lines end up on a terminal (progress bars).
   if (::isatty(STDOUT_FILENO) == 1 && std::getenv("DDP_STDOUT_TTY") == nullptr) {
     env.push_back("DDP_STDOUT_TTY=1");
@@ -180,6 +194,10 @@ void Group::spawn(Worker& w) {
     ::signal(SIGTERM, SIG_DFL);
     ::dup2(out.write.get(), 1);
     ::dup2(err.write.get(), 2);
+    if (!cpu_shares_.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      std::fprintf(stderr, "cannot bind to CPUs: %s\n", std::strerror(errno));
+      ::_exit(127);
+    }
     ::execvpe(argv[0], argv.data(), envp.data());
     std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);
@@ -393,6 +411,21 @@ void validate(const LaunchOptions& o) {
   if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
 }
 
+// Each local rank's CPUs under --cpu-bind cores (empty otherwise), said once on stderr.
+std::vector<std::vector<int>> bind_cpus(const LaunchOptions& o) {
+  if (o.cpu_bind() == CpuBind::kNone) return {};
+  const std::vector<int> cpus = allowed_cpus();
+  std::vector<std::vector<int>> shares;
+  std::string text;
+  for (int r = 0; r < o.nproc_per_node(); ++r) {
+    shares.push_back(cpu_share(cpus, o.nproc_per_node(), r));
+    text += concat(r == 0 ? "" : ", ", r, ": ", cpu_list_text(shares.back()));
+  }
+  std::fprintf(stderr, "%s: CPUs of each local rank (--cpu-bind cores): %s\n", o.name().c_str(),
+               text.c_str());
+  return shares;
+}
+
 }  // namespace
 
 std::string signal_name(int sig) {
@@ -454,10 +487,11 @@ int launch(const LaunchOptions& given) {
     }
     store_dir = tmpl;
   }
+  const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);
   int result = 0;
   for (int restart = 0;; ++restart) {
     const std::string store_file = store_dir.empty() ? "" : concat(store_dir, "/store-", restart);
-    Group group(options, port, restart, store_file);
+    Group group(options, port, restart, store_file, cpu_shares);
     const int64_t started_us = unix_microseconds();
     group.start();
     const int failed = group.watch();

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/cpu_binding.h"
 #include "ddp/error.h"
 
 namespace ddp::cli {
@@ -30,6 +31,16 @@ std::string or_list(const std::vector<std::string>& words);
 /// The names of a closed choice (an enum), in the order --help lists them.
 template <class E>
 using Names = std::vector<std::pair<E, std::string>>;
+
+/// --cpu-bind's names (ddprun and ddp-train), as Slurm's srun --cpu-bind spells them.
+inline const Names<CpuBind> kCpuBindNames = {{CpuBind::kNone, "none"}, {CpuBind::kCores, "cores"}};
+
+/// The help text of --cpu-bind.
+inline constexpr const char* kCpuBindHelp =
+    "none (default): the kernel places the workers; cores: each local rank runs only on its own "
+    "equal share of the CPUs this launcher may use (4 workers on 2 CPUs: two per CPU), and "
+    "ddp-train takes one thread per CPU of its share. Faster where workers outnumber cores; do "
+    "not bind two jobs on one machine";
 
 /// The enum value named `text`; otherwise "FLAG: unknown WHAT 'text'; use a, b or c".
 template <class E>

@@ -73,27 +73,41 @@ int train(const std::vector<std::string>& args) {
   }
   if (options.nproc_per_node > 0 && world.source == "default") {
     // The reference program's mp.spawn: this process becomes the launcher of N workers of
-    // itself, with the same flags minus --nproc-per-node.
+    // itself, with the same flags minus the launcher's own.
     ddp::LaunchOptions launch;
     launch.name("ddp-train");
     launch.nproc_per_node(options.nproc_per_node);
     if (world.master_port_set) launch.master_port(world.master_port);
     launch.master_addr(world.master_addr);
     launch.debug_dir(options.debug_dir);
+    launch.cpu_bind(options.cpu_bind);
     launch.command({self_executable()});
+    // The launcher's own flags stay with it; the workers get the rest.
+    const std::vector<std::string> launcher_flags = {"--nproc-per-node", "--cpu-bind"};
     for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "--nproc-per-node") {
-        ++i;
-        continue;
+      bool launcher_flag = false;
+      for (const std::string& flag : launcher_flags) {
+        if (args[i] == flag) {  // --flag VALUE
+          launcher_flag = true;
+          ++i;
+          break;
+        }
+        if (args[i].rfind(flag + "=", 0) == 0) launcher_flag = true;
       }
-      if (args[i].rfind("--nproc-per-node=", 0) == 0) continue;
-      launch.command().push_back(args[i]);
+      if (!launcher_flag) launch.command().push_back(args[i]);
     }
     return ddp::launch(launch);
   }
   if (options.nproc_per_node > 0 && world.rank == 0) {
     std::printf("ddp-train: --nproc-per-node ignored: already started by a launcher (%s)\n",
                 world.source.c_str());
+  }
+  if (options.cpu_bind != ddp::CpuBind::kNone && std::getenv("DDP_CPU_BIND") == nullptr &&
+      world.rank == 0) {
+    std::printf(
+        "ddp-train: --cpu-bind ignored: started by a launcher (%s), which places the "
+        "workers (ddprun --cpu-bind cores)\n",
+        world.source.c_str());
   }
   ddp::train::run_training(options, world);
   return 0;

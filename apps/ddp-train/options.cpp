@@ -259,6 +259,8 @@ const cli::FlagTable<O>& table() {
                       "start N workers of ddp-train on this machine (like mp.spawn / torchrun; "
                       "default 0: this process is the worker)",
                       &O::nproc_per_node, 0, 1024),
+          choice_flag<O>("--cpu-bind", "HOW", cli::kCpuBindHelp, &O::cpu_bind, "CPU binding",
+                         cli::kCpuBindNames),
           switch_flag<O>("--dry-run",
                          "print the effective configuration and the plan (world, shards, steps "
                          "per epoch), then exit",

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/cpu_binding.h"
 #include "ddp/data/dataset.h"
 #include "ddp/precision.h"
 
@@ -76,6 +77,7 @@ struct TrainOptions {
   bool zero = false;                    // shard the optimizer state over the ranks (ZeRO stage 1)
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train
+  CpuBind cpu_bind = CpuBind::kNone;    // the launcher's placement of its workers on the CPUs
   bool dry_run = false;                 // print the configuration and the plan, train nothing
   bool no_sync_baseline = false;        // benchmark: ranks train without the gradient all-reduce
   bool lockstep_baseline = false;       // benchmark: ... but wait for each other every step

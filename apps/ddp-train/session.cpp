@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "ddp/allocator.h"
+#include "ddp/cpu_binding.h"
 #include "ddp/data/download.h"
 #include "ddp/error.h"
 #include "ddp/sync_batchnorm.h"
@@ -158,9 +158,14 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
     reason = "OMP_NUM_THREADS";
     return parse_int(omp, "environment variable OMP_NUM_THREADS", 1, 1024);
   }
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  reason = concat(cores, " cores / ", world.local_world_size, " local workers");
-  return std::max(1, cores / std::max(1, world.local_world_size));
+  // The CPUs this process may use (taskset, a batch system or the launcher's --cpu-bind).
+  const int cpus = int(std::max<size_t>(1, allowed_cpus().size()));
+  if (const char* bound = std::getenv("DDP_CPU_BIND"); bound != nullptr && *bound != '\0') {
+    reason = concat("its ", cpus, " CPU(s), --cpu-bind ", bound);  // this rank's share alone
+    return cpus;
+  }
+  reason = concat(cpus, " cores / ", world.local_world_size, " local workers");
+  return std::max(1, cpus / std::max(1, world.local_world_size));
 }
 
 std::string data_dir_of(const TrainOptions& o) {

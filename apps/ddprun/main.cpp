@@ -40,6 +40,8 @@ const ddp::cli::FlagTable<O>& table() {
                        DDP_CLI_FIELD(grace_seconds), 0, 3600),
           text_flag<O>("--log-dir", "DIR", "also write each rank's output whole to DIR/rank_N.log",
                        DDP_CLI_FIELD(log_dir)),
+          choice_flag<O>("--cpu-bind", "HOW", kCpuBindHelp, DDP_CLI_FIELD(cpu_bind), "CPU binding",
+                         kCpuBindNames),
           switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
                          DDP_CLI_FIELD(console_rank0_only)),
           text_flag<O>("--debug-dir", "DIR",

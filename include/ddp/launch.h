@@ -11,6 +11,8 @@
 
 #include <torch/arg.h>
 
+#include "ddp/cpu_binding.h"
+
 namespace ddp {
 
 /// What to start and how to watch it.
@@ -34,6 +36,10 @@ struct LaunchOptions {
   /// any). When the job fails or is stopped, the launcher reads the flight records the workers
   /// wrote there and names the rank the others waited for (hang_analysis.h).
   TORCH_ARG(std::string, debug_dir);
+  /// kCores: each worker runs only on its local rank's share of the launcher's CPUs (cpu_share),
+  /// and the workers are told so (DDP_CPU_BIND=cores), so that ddp-train takes one thread per
+  /// CPU of its share.
+  TORCH_ARG(CpuBind, cpu_bind) = CpuBind::kNone;
   /// Lines of a failed worker's stderr to print.
   TORCH_ARG(int, tail_lines) = 20;
   /// The program and its arguments.

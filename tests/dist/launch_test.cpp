@@ -13,7 +13,9 @@
 #include <sstream>
 #include <thread>
 
+#include "ddp/cpu_binding.h"
 #include "ddp/data/synthetic.h"
+#include "ddp/error.h"
 #include "ddp/launch.h"
 #include "support/process.h"
 
@@ -111,6 +113,28 @@ TEST_F(LaunchTest, NprocPerNodeTrainsFromOneCommand) {
   EXPECT_EQ(fingerprints.size(), 1u) << r.output;  // all four ranks agree
   EXPECT_NE(r.output.find("[rank 3] rank 3: final weights fingerprint"), std::string::npos)
       << r.output;
+}
+
+// ddp-train --cpu-bind cores hands the flag to its launcher; each worker then takes one thread per
+// CPU of its share. Under another launcher the flag is said to do nothing.
+TEST_F(LaunchTest, TrainerCpuBindSizesEachWorkersThreadsToItsShare) {
+  const auto r = test::run({test::train_bin(), "--nproc-per-node", "2", "--cpu-bind", "cores",
+                            "--data-dir", data_->path(), "--epochs", "1", "--max-steps", "2"},
+                           {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t share = cpu_share(allowed_cpus(), 2, 0).size();
+  EXPECT_NE(r.output.find(concat(share, " intra-op thread(s) per worker (its ", share,
+                                 " CPU(s), --cpu-bind cores)")),
+            std::string::npos)
+      << r.output;
+  const auto outside =
+      test::run({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(), "--cpu-bind",
+                 "cores", "--data-dir", data_->path(), "--epochs", "1", "--max-steps", "2"},
+                {}, 180s);
+  ASSERT_EQ(outside.exit_code, 0) << outside.output;
+  EXPECT_NE(outside.output.find("--cpu-bind ignored: started by a launcher (torchrun)"),
+            std::string::npos)
+      << outside.output;
 }
 
 TEST_F(LaunchTest, RunsUnderPythonsTorchrun) {
@@ -359,6 +383,44 @@ TEST_F(LaunchTest, TwentyJobsBackToBackLeaveNothingBehind) {
     ASSERT_TRUE(processes_with(marker()).empty()) << "job " << job;
   }
   EXPECT_EQ(test::run({"/bin/ls", "-A", tmp.path()}).output, "");  // no file left behind
+}
+
+// --cpu-bind cores: each worker runs only on its local rank's share of the launcher's CPUs and
+// is told so; without it every worker may run anywhere.
+TEST_F(LaunchTest, CpuBindCoresGivesEachLocalRankItsShareOfTheCpus) {
+  const std::string report =
+      "echo rank $LOCAL_RANK bind=$DDP_CPU_BIND $(grep Cpus_allowed_list "
+      "/proc/self/status | tr -d '[:space:]')";
+  const auto bound = test::run(
+      {ddprun_bin(), "--nproc-per-node", "4", "--cpu-bind", "cores", "--", "/bin/sh", "-c", report},
+      {}, 60s);
+  ASSERT_EQ(bound.exit_code, 0) << bound.output;
+  const std::vector<int> cpus = allowed_cpus();
+  std::string listed;
+  for (int r = 0; r < 4; ++r) {
+    const std::string share = cpu_list_text(cpu_share(cpus, 4, r));
+    EXPECT_NE(bound.output.find(concat("rank ", r, " bind=cores Cpus_allowed_list:", share, "\n")),
+              std::string::npos)
+        << "rank " << r << " should run on " << share << ":\n"
+        << bound.output;
+    listed += concat(r == 0 ? "" : ", ", r, ": ", share);
+  }
+  EXPECT_NE(bound.output.find("CPUs of each local rank (--cpu-bind cores): " + listed),
+            std::string::npos)
+      << bound.output;
+
+  const auto free =
+      test::run({ddprun_bin(), "--nproc-per-node", "2", "--", "/bin/sh", "-c", report},
+                {{"DDP_CPU_BIND", "cores"}}, 60s);  // not inherited from outside
+  ASSERT_EQ(free.exit_code, 0) << free.output;
+  EXPECT_NE(free.output.find("rank 1 bind= Cpus_allowed_list:" + cpu_list_text(cpus)),
+            std::string::npos)
+      << free.output;
+  const auto bad = test::run({ddprun_bin(), "--cpu-bind", "numa", "--", "/bin/true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--cpu-bind: unknown CPU binding 'numa'; use none or cores"),
+            std::string::npos)
+      << bad.output;
 }
 
 TEST_F(LaunchTest, BadFlagsAreClearErrors) {

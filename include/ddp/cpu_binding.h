@@ -1,0 +1,31 @@
+// Placing a node's workers on its CPUs: the launcher's --cpu-bind (Slurm's srun --cpu-bind=cores,
+// Open MPI's --bind-to core). Bound workers stop migrating between CPUs, and when workers
+// outnumber CPUs each CPU carries the same number of them, so ranks in lock step finish their
+// steps together instead of two sharing one CPU while another CPU waits (docs/performance.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+/// How the launcher places its workers on the node's CPUs.
+enum class CpuBind {
+  kNone,   ///< the kernel's scheduler places them (the default, as torchrun)
+  kCores,  ///< each local rank runs only on its own share of the launcher's CPUs (cpu_share)
+};
+
+/// The CPUs this process may run on (its affinity mask, as taskset or a batch system set it),
+/// in increasing order.
+std::vector<int> allowed_cpus();
+
+/// Local rank `local_rank`'s share of `cpus` among `nproc` workers: contiguous blocks of equal
+/// size (one larger where they do not divide evenly); when workers outnumber CPUs, neighbouring
+/// ranks share one CPU (4 workers on CPUs {0, 1}: 0, 0, 1, 1). Throws InvalidArgument when
+/// `cpus` is empty or local_rank is not in [0, nproc).
+std::vector<int> cpu_share(const std::vector<int>& cpus, int nproc, int local_rank);
+
+/// The list as taskset writes it: "0-3,8".
+std::string cpu_list_text(const std::vector<int>& cpus);
+
+}  // namespace ddp
