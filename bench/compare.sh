@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ddp-train against the Python reference (bench/reference_ddp.py on the build's reference
 # Python: .venv's torch by default), same settings and data: 4 workers, batch 64 per worker, full-size synthetic CIFAR-format data
-# (50,000 images), in turns A B A B ..., each pair followed by the machine's fp32 ceiling
+# (50,000 images), in turns A B C D A B C D ... (C: ddp-train with --cpu-bind cores, two workers
+# per vCPU here; D: the same four processes without DDP, --no-sync-baseline, which shows what
+# the model's own work reaches), each ddp-train run followed by the machine's fp32 ceiling
 # (bench-ceiling) and ddp-train's fraction of it then: this VM's speed drifts by tens of percent
 # over minutes, so a ceiling measured once, minutes away from a run, says little about it. The
 # full ceiling table, for ddp-train's median images/s, ends the output.
@@ -12,30 +14,46 @@ pairs=${1:-3}
 steps=${2:-100}
 source bench/common.sh
 ensure_bench_data
-echo "| pair | Python reference images/s | ddp-train images/s | ratio | / ceiling right after, direct FLOPs | / ceiling, multiplies executed |"
-echo "|---|---|---|---|---|---|"
+echo "| turn | Python reference images/s | ddp-train images/s | ratio | / ceiling right after, direct FLOPs | / ceiling, multiplies executed | --cpu-bind cores images/s | ratio | / ceiling, multiplies executed | without DDP images/s | / ceiling, multiplies executed |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 ratios=()
 ours=()
 fractions=()
 executed=()
+bound_ratios=()
+bound_executed=()
+alone_executed=()
+# ddp-train's fraction of the ceiling at IMAGES_PER_SECOND: "direct executed" (in percent; where
+# conv2 runs by Winograd the table has a line counting its real multiplies too).
+ceiling_fractions() {
+  local table direct multiplies
+  table=$("$build/bench-ceiling" --images-per-second "$1")
+  direct=$(sed -n 's/^| achieved at .* = \([0-9.]*\)% of the ceiling.*/\1/p' <<<"$table")
+  multiplies=$(sed -n 's/^| achieved, counting the multiplies .* = \([0-9.]*\)% of the ceiling.*/\1/p' <<<"$table")
+  echo "$direct ${multiplies:-$direct}"
+}
 for ((i = 1; i <= pairs; i++)); do
   a=$(reference_images_per_second "$steps")
   b=$(ddp_train_images_per_second "$steps")
+  bound=$(ddp_train_images_per_second "$steps" --cpu-bind cores)
   r=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')
-  ceiling=$("$build/bench-ceiling" --images-per-second "$b")
-  c=$(sed -n 's/^| achieved at .* = \([0-9.]*\)% of the ceiling.*/\1/p' <<<"$ceiling")
-  # Where conv2 runs by Winograd the table has a line counting its real multiplies too.
-  e=$(sed -n 's/^| achieved, counting the multiplies .* = \([0-9.]*\)% of the ceiling.*/\1/p' <<<"$ceiling")
-  e=${e:-$c}
+  rb=$(awk -v a="$a" -v b="$bound" 'BEGIN { printf "%.3f", b / a }')
+  read -r c e < <(ceiling_fractions "$b")
+  read -r _ eb < <(ceiling_fractions "$bound")
+  alone=$(ddp_train_images_per_second "$steps" --no-sync-baseline)
+  read -r _ ea < <(ceiling_fractions "$alone")
+  alone_executed+=("$ea")
   ratios+=("$r")
   ours+=("$b")
   fractions+=("$c")
   executed+=("$e")
-  echo "| $i | $a | $b | $r | $c% | $e% |"
+  bound_ratios+=("$rb")
+  bound_executed+=("$eb")
+  echo "| $i | $a | $b | $r | $c% | $e% | $bound | $rb | $eb% | $alone | $ea% |"
 done
 median=$(median "${ratios[@]}")
 echo
-echo "median ratio ddp-train / reference: $median ($pairs pairs, $steps steps of 4 x 64 images each)"
-echo "median fraction of the ceiling measured right after each pair: $(median "${fractions[@]}")% in a direct convolution's FLOPs, $(median "${executed[@]}")% in the multiplies executed"
+echo "median ratio ddp-train / reference: $median ($pairs turns, $steps steps of 4 x 64 images each); with --cpu-bind cores: $(median "${bound_ratios[@]}")"
+echo "median fraction of the ceiling measured right after each run: $(median "${fractions[@]}")% in a direct convolution's FLOPs, $(median "${executed[@]}")% in the multiplies executed; with --cpu-bind cores $(median "${bound_executed[@]}")%; without DDP $(median "${alone_executed[@]}")%"
 echo
 "$build/bench-ceiling" --images-per-second "$(median "${ours[@]}")"
