@@ -463,6 +463,7 @@ int launch(const LaunchOptions& given) {
   if (const char* dir = std::getenv("DDP_DEBUG_DIR"); options.debug_dir().empty() && dir != nullptr)
     options.debug_dir(dir);
   if (!options.log_dir().empty()) make_directories(options.log_dir());
+  const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);
   const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   g_stop_signal = 0;
   struct sigaction sa {};
@@ -487,7 +488,6 @@ int launch(const LaunchOptions& given) {
     }
     store_dir = tmpl;
   }
-  const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);
   int result = 0;
   for (int restart = 0;; ++restart) {
     const std::string store_file = store_dir.empty() ? "" : concat(store_dir, "/store-", restart);
