@@ -2,7 +2,8 @@
 # --precision bf16 against the Python reference's fp32: training images/s with the reference
 # settings (4 workers, batch 64, full-size synthetic CIFAR-format data), the Python reference,
 # ddp-train fp32 and ddp-train bf16 in turns; then test accuracy after EPOCHS epochs of the real
-# Fashion-MNIST, fp32 against bf16 (4 workers, the reference recipe, same seed).
+# Fashion-MNIST, fp32 against bf16 (4 workers, the reference recipe, same seed); last, the
+# machine's bf16 GEMM rate against its fp32 ceiling (bench-ceiling).
 # usage: bench/bf16.sh [PAIRS (3)] [STEPS per run (60)] [EPOCHS (2)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +41,6 @@ for precision in fp32 bf16; do
 done
 awk -v a="$(last_metric "$out/fp32.jsonl" test_acc)" -v b="$(last_metric "$out/bf16.jsonl" test_acc)" \
   'BEGIN { printf "\nbf16 - fp32 test accuracy: %+.2f points\n", 100 * (b - a) }'
+# Whether this CPU multiplies bf16 faster than fp32 at all: what bounds bf16's gain.
+echo
+"$build/bench-ceiling" | grep -E '^\|( measure|---| ceiling| bf16 GEMM)'

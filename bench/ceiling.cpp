@@ -2,6 +2,7 @@
 // verified, p50 and mean of several runs) by the two paths LibTorch has, oneDNN and its BLAS, and
 // by the oneDNN that Net's own layers call (Debian's 2.x, where built with it), and what it means
 // for the reference Net: FLOPs per training image and the images/s no implementation can beat.
+// Beside it, the same multiply in bf16, against the fp32 ceiling.
 //   bench-ceiling [--size N] [--runs R] [--images-per-second X]
 #include <algorithm>
 #include <chrono>
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
           .max()
           .item<double>();
 #endif
+  // bf16 (`--precision bf16`) gains only where the CPU multiplies bf16 faster than fp32, and
+  // AVX512-BF16 without AMX may not (docs/performance.md: half the fp32 rate on a Xeon VM).
+  const torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
+  const Rate bf16 = measure(n, runs, [&] { c = torch::mm(a16, b16); });
   const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
   const double flops_per_image = 3 * ddp::models::net_forward_flops(3, 32);  // forward + backward
   std::printf("| measure | value |\n|---|---|\n");
@@ -162,6 +167,10 @@ int main(int argc, char** argv) {
   std::printf("| OpenBLAS kernels, if OpenBLAS (OPENBLAS_CORETYPE) | %s |\n",
               core ? core : "detected");
   std::printf("| ceiling (the fastest p50) | %.1f GFLOP/s |\n", ceiling);
+  std::printf(
+      "| bf16 GEMM %lld^3 via torch::mm, %d threads, p50 / mean of %d | %.1f / %.1f GFLOP/s = "
+      "%.2fx the fp32 ceiling |\n",
+      (long long)n, threads, runs, bf16.p50, bf16.mean, bf16.p50 / ceiling);
   std::printf(
       "| GEMM max abs error vs float64 (oneDNN, BLAS, layers' oneDNN) | %.2e, %.2e, %.2e |\n",
       error, mm_error, layers_error);
