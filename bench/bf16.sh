@@ -43,4 +43,4 @@ awk -v a="$(last_metric "$out/fp32.jsonl" test_acc)" -v b="$(last_metric "$out/b
   'BEGIN { printf "\nbf16 - fp32 test accuracy: %+.2f points\n", 100 * (b - a) }'
 # Whether this CPU multiplies bf16 faster than fp32 at all: what bounds bf16's gain.
 echo
-"$build/bench-ceiling" | grep -E '^\|( measure|---| ceiling| bf16 GEMM)'
+"$build/bench-ceiling" --bf16 | grep -E '^\|( measure|---| ceiling| bf16 GEMM)'

@@ -2,8 +2,8 @@
 // verified, p50 and mean of several runs) by the two paths LibTorch has, oneDNN and its BLAS, and
 // by the oneDNN that Net's own layers call (Debian's 2.x, where built with it), and what it means
 // for the reference Net: FLOPs per training image and the images/s no implementation can beat.
-// Beside it, the same multiply in bf16, against the fp32 ceiling.
-//   bench-ceiling [--size N] [--runs R] [--images-per-second X]
+// With --bf16, the same multiply in bf16 beside it, against the fp32 ceiling.
+//   bench-ceiling [--size N] [--runs R] [--images-per-second X] [--bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -89,13 +89,18 @@ int main(int argc, char** argv) {
   int64_t n = 2048;
   int runs = 10;
   double measured_ips = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--size"))
-      n = std::atoll(argv[i + 1]);
+  bool with_bf16 = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--bf16"))
+      with_bf16 = true;
+    else if (i + 1 == argc)
+      break;
+    else if (!std::strcmp(argv[i], "--size"))
+      n = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--runs"))
-      runs = std::atoi(argv[i + 1]);
+      runs = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--images-per-second"))
-      measured_ips = std::atof(argv[i + 1]);
+      measured_ips = std::atof(argv[++i]);
   }
   const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(threads);
@@ -142,8 +147,13 @@ int main(int argc, char** argv) {
 #endif
   // bf16 (`--precision bf16`) gains only where the CPU multiplies bf16 faster than fp32, and
   // AVX512-BF16 without AMX may not (docs/performance.md: half the fp32 rate on a Xeon VM).
-  const torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
-  const Rate bf16 = measure(n, runs, [&] { c = torch::mm(a16, b16); });
+  // Only bench/bf16.sh asks: compare.sh's ceiling after every run need not pay for it.
+  Rate bf16;
+  if (with_bf16) {
+    const torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
+    torch::Tensor c16;
+    bf16 = measure(n, runs, [&] { c16 = torch::mm(a16, b16); });
+  }
   const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
   const double flops_per_image = 3 * ddp::models::net_forward_flops(3, 32);  // forward + backward
   std::printf("| measure | value |\n|---|---|\n");
@@ -167,10 +177,12 @@ int main(int argc, char** argv) {
   std::printf("| OpenBLAS kernels, if OpenBLAS (OPENBLAS_CORETYPE) | %s |\n",
               core ? core : "detected");
   std::printf("| ceiling (the fastest p50) | %.1f GFLOP/s |\n", ceiling);
-  std::printf(
-      "| bf16 GEMM %lld^3 via torch::mm, %d threads, p50 / mean of %d | %.1f / %.1f GFLOP/s = "
-      "%.2fx the fp32 ceiling |\n",
-      (long long)n, threads, runs, bf16.p50, bf16.mean, bf16.p50 / ceiling);
+  if (with_bf16) {
+    std::printf(
+        "| bf16 GEMM %lld^3 via torch::mm, %d threads, p50 / mean of %d | %.1f / %.1f GFLOP/s = "
+        "%.2fx the fp32 ceiling |\n",
+        (long long)n, threads, runs, bf16.p50, bf16.mean, bf16.p50 / ceiling);
+  }
   std::printf(
       "| GEMM max abs error vs float64 (oneDNN, BLAS, layers' oneDNN) | %.2e, %.2e, %.2e |\n",
       error, mm_error, layers_error);
