@@ -2,8 +2,10 @@
 # --precision bf16 against the Python reference's fp32: training images/s with the reference
 # settings (4 workers, batch 64, full-size synthetic CIFAR-format data), the Python reference,
 # ddp-train fp32 and ddp-train bf16 in turns; then test accuracy after EPOCHS epochs of the real
-# Fashion-MNIST, fp32 against bf16 (4 workers, the reference recipe, same seed); last, the
-# machine's bf16 GEMM rate against its fp32 ceiling (bench-ceiling).
+# Fashion-MNIST, fp32 against bf16 (4 workers, the reference recipe, same seed); last, what
+# bounds bf16 on this machine (bench-ceiling --bf16): its bf16 GEMM rate and one core's bf16
+# dot-product peak against fp32's, and the images/s no bf16 implementation of Net can beat, as a
+# ratio to the Python reference's median.
 # usage: bench/bf16.sh [PAIRS (3)] [STEPS per run (60)] [EPOCHS (2)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +20,10 @@ trap 'rm -rf "$out"' EXIT
 echo "| turn | Python reference fp32 images/s | ddp-train fp32 images/s | ddp-train bf16 images/s | bf16 / reference |"
 echo "|---|---|---|---|---|"
 ratios=()
+references=()
 for ((i = 1; i <= pairs; i++)); do
   a=$(reference_images_per_second "$steps")
+  references+=("$a")
   b=$(ddp_train_images_per_second "$steps")
   c=$(ddp_train_images_per_second "$steps" --precision bf16)
   r=$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.3f", c / a }')
@@ -43,4 +47,8 @@ awk -v a="$(last_metric "$out/fp32.jsonl" test_acc)" -v b="$(last_metric "$out/b
   'BEGIN { printf "\nbf16 - fp32 test accuracy: %+.2f points\n", 100 * (b - a) }'
 # Whether this CPU multiplies bf16 faster than fp32 at all: what bounds bf16's gain.
 echo
-"$build/bench-ceiling" --bf16 | grep -E '^\|( measure|---| ceiling| bf16 GEMM)'
+ceiling=$("$build/bench-ceiling" --bf16)
+grep -E '^\|( measure|---| ceiling| bf16 | one core)' <<<"$ceiling"
+bound=$(sed -n 's/^| bf16 images\/s ceiling .* | \([0-9.]*\) |$/\1/p' <<<"$ceiling")
+reference=$(median "${references[@]}")
+awk -v b="$bound" -v r="$reference" 'BEGIN { printf "\nbf16 can reach at most %.0f images/s here: %.2fx the median of the Python reference (%.0f images/s)\n", b, b / r, r }'

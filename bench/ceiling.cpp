@@ -2,7 +2,8 @@
 // verified, p50 and mean of several runs) by the two paths LibTorch has, oneDNN and its BLAS, and
 // by the oneDNN that Net's own layers call (Debian's 2.x, where built with it), and what it means
 // for the reference Net: FLOPs per training image and the images/s no implementation can beat.
-// With --bf16, the same multiply in bf16 beside it, against the fp32 ceiling.
+// With --bf16, the same multiply in bf16 beside it, against the fp32 ceiling; one core's peak
+// bf16 dot-product rate against its fp32 FMA rate; and the images/s bf16 can reach at most.
 //   bench-ceiling [--size N] [--runs R] [--images-per-second X] [--bf16]
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <immintrin.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -72,6 +74,52 @@ std::string libtorch_blas() {
   const size_t at = config.find("BLAS_INFO=");
   if (at == std::string::npos) return "unknown";
   return config.substr(at + 10, config.find_first_of(", \n", at) - at - 10);
+}
+
+// The arithmetic peak of one core, GFLOP/s, by a loop of 12 independent chains of one 512-bit
+// instruction on registers only: fp32 FMA (vfmadd231ps, 32 FLOP), or, where the CPU has
+// AVX512-BF16, bf16 dot products (vdpbf16ps, 64 FLOP). Whether a library's slow bf16 GEMM is
+// the library's or the hardware's: their ratio bounds every bf16 kernel's gain.
+constexpr int kChains = 12;
+constexpr long kPeakIterations = 20'000'000;
+
+// Stores the chains' results where the compiler must assume they are read, so that it keeps
+// the loop.
+volatile float peak_sink;
+__attribute__((target("avx512f"))) void keep(const __m512 (&acc)[kChains]) {
+  alignas(64) float lanes[16];
+  for (const __m512& a : acc) {
+    _mm512_store_ps(lanes, a);
+    peak_sink = lanes[0];
+  }
+}
+
+__attribute__((target("avx512f"))) double fma_peak_gflops() {
+  __m512 acc[kChains];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const volatile float one = 1.0f;  // not a constant the compiler could fold
+  const __m512 x = _mm512_set1_ps(one);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kPeakIterations; ++i) {
+    for (__m512& a : acc) a = _mm512_fmadd_ps(x, x, a);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  keep(acc);
+  return double(kChains) * kPeakIterations * 32 / s / 1e9;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double dpbf16_peak_gflops() {
+  __m512 acc[kChains];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  const volatile short one = 0x3f80;  // 1.0 in bf16
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(one);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kPeakIterations; ++i) {
+    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, x);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  keep(acc);
+  return double(kChains) * kPeakIterations * 64 / s / 1e9;
 }
 
 #if defined(DDP_HAVE_ONEDNN)
@@ -154,6 +202,10 @@ int main(int argc, char** argv) {
     torch::Tensor c16;
     bf16 = measure(n, runs, [&] { c16 = torch::mm(a16, b16); });
   }
+  const bool peaks = with_bf16 && __builtin_cpu_supports("avx512f") &&
+                     __builtin_cpu_supports("avx512bf16");
+  const double fma_peak = peaks ? fma_peak_gflops() : 0;
+  const double dpbf16_peak = peaks ? dpbf16_peak_gflops() : 0;
   const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
   const double flops_per_image = 3 * ddp::models::net_forward_flops(3, 32);  // forward + backward
   std::printf("| measure | value |\n|---|---|\n");
@@ -182,6 +234,14 @@ int main(int argc, char** argv) {
         "| bf16 GEMM %lld^3 via torch::mm, %d threads, p50 / mean of %d | %.1f / %.1f GFLOP/s = "
         "%.2fx the fp32 ceiling |\n",
         (long long)n, threads, runs, bf16.p50, bf16.mean, bf16.p50 / ceiling);
+    if (peaks) {
+      std::printf(
+          "| one core's peak: bf16 dot product (vdpbf16ps) / fp32 FMA (vfmadd231ps) | %.1f / "
+          "%.1f GFLOP/s = %.2fx |\n",
+          dpbf16_peak, fma_peak, dpbf16_peak / fma_peak);
+    } else {
+      std::printf("| one core's peak: bf16 dot product / fp32 FMA | no AVX512-BF16 here |\n");
+    }
   }
   std::printf(
       "| GEMM max abs error vs float64 (oneDNN, BLAS, layers' oneDNN) | %.2e, %.2e, %.2e |\n",
@@ -197,6 +257,11 @@ int main(int argc, char** argv) {
                        : "direct");
   std::printf("| images/s ceiling (ceiling / FLOPs per image) | %.0f |\n",
               ceiling * 1e9 / flops_per_image);
+  // bf16 has no Winograd kernels (oneDNN's are fp32 only): every bf16 FLOP of Net is multiplied.
+  if (with_bf16) {
+    std::printf("| bf16 images/s ceiling (bf16 GEMM / FLOPs per image) | %.0f |\n",
+                bf16.p50 * 1e9 / flops_per_image);
+  }
   if (measured_ips > 0) {
     const double achieved = measured_ips * flops_per_image / 1e9;
     std::printf("| achieved at %.0f images/s | %.1f GFLOP/s = %.1f%% of the ceiling |\n",
