@@ -202,8 +202,8 @@ int main(int argc, char** argv) {
     torch::Tensor c16;
     bf16 = measure(n, runs, [&] { c16 = torch::mm(a16, b16); });
   }
-  const bool peaks = with_bf16 && __builtin_cpu_supports("avx512f") &&
-                     __builtin_cpu_supports("avx512bf16");
+  const bool peaks =
+      with_bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
   const double fma_peak = peaks ? fma_peak_gflops() : 0;
   const double dpbf16_peak = peaks ? dpbf16_peak_gflops() : 0;
   const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
