@@ -79,7 +79,8 @@ std::string libtorch_blas() {
 // The arithmetic peak of one core, GFLOP/s, by a loop of 12 independent chains of one 512-bit
 // instruction on registers only: fp32 FMA (vfmadd231ps, 32 FLOP), or, where the CPU has
 // AVX512-BF16, bf16 dot products (vdpbf16ps, 64 FLOP). Whether a library's slow bf16 GEMM is
-// the library's or the hardware's: their ratio bounds every bf16 kernel's gain.
+// the library's or the hardware's: their ratio bounds every bf16 kernel's gain. Each loop is a
+// function of its own because its intrinsics need that function's target attribute.
 constexpr int kChains = 12;
 constexpr long kPeakIterations = 20'000'000;
 
@@ -94,32 +95,34 @@ __attribute__((target("avx512f"))) void keep(const __m512 (&acc)[kChains]) {
   }
 }
 
-__attribute__((target("avx512f"))) double fma_peak_gflops() {
+__attribute__((target("avx512f"))) void fma_chains() {
   __m512 acc[kChains];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   const volatile float one = 1.0f;  // not a constant the compiler could fold
   const __m512 x = _mm512_set1_ps(one);
-  const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < kPeakIterations; ++i) {
     for (__m512& a : acc) a = _mm512_fmadd_ps(x, x, a);
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   keep(acc);
-  return double(kChains) * kPeakIterations * 32 / s / 1e9;
 }
 
-__attribute__((target("avx512f,avx512bf16"))) double dpbf16_peak_gflops() {
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16_chains() {
   __m512 acc[kChains];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   const volatile short one = 0x3f80;  // 1.0 in bf16
   const __m512bh x = (__m512bh)_mm512_set1_epi16(one);
-  const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < kPeakIterations; ++i) {
     for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, x);
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   keep(acc);
-  return double(kChains) * kPeakIterations * 64 / s / 1e9;
+}
+
+// GFLOP/s of `chains`, one of the loops above, whose instruction does `flops` FLOP.
+double peak_gflops(void (*chains)(), int flops) {
+  const auto t0 = std::chrono::steady_clock::now();
+  chains();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return double(kChains) * double(kPeakIterations) * flops / s / 1e9;
 }
 
 #if defined(DDP_HAVE_ONEDNN)
@@ -204,8 +207,8 @@ int main(int argc, char** argv) {
   }
   const bool peaks =
       with_bf16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  const double fma_peak = peaks ? fma_peak_gflops() : 0;
-  const double dpbf16_peak = peaks ? dpbf16_peak_gflops() : 0;
+  const double fma_peak = peaks ? peak_gflops(fma_chains, 32) : 0;
+  const double dpbf16_peak = peaks ? peak_gflops(dpbf16_chains, 64) : 0;
   const double ceiling = std::max({onednn.p50, blas.p50, layers.p50});
   const double flops_per_image = 3 * ddp::models::net_forward_flops(3, 32);  // forward + backward
   std::printf("| measure | value |\n|---|---|\n");
