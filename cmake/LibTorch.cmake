@@ -1,7 +1,7 @@
 # Finds LibTorch and adapts the build to it (included by CMakeLists.txt): which LibTorch, the C++
 # standard its headers need, what it lacks and how that is made up for, and which c10d backends
 # it has. Sets DDP_PYTHON, DDP_NEEDS_MPI, DDP_EXTRA_LIBRARIES, DDP_GLOO_INCLUDE_DIR and
-# DDP_TORCH_LINK_OPTIONS.
+# DDP_TORCH_LINK_OPTIONS, and DDP_NCCL_INCLUDE_DIR where LibTorch has c10d's NCCL backend.
 
 # By default PyPI's torch in the project's .venv (scripts/setup.sh installs it there);
 # -DTorch_DIR=... or -DCMAKE_PREFIX_PATH=/path/to/libtorch (pytorch.org's zip) win over it, and
@@ -20,7 +20,17 @@ if(DDP_LIBTORCH_FROM_VENV AND NOT Torch_DIR)
     list(APPEND CMAKE_PREFIX_PATH ${_ddp_venv_prefix})
   endif()
 endif()
-# A CUDA build of LibTorch enables CMake's CUDA language, which needs nvcc: the machine's toolkit.
+# A CUDA build of LibTorch enables CMake's CUDA language, which needs a toolkit with nvcc: the one
+# NVIDIA's wheels put beside torch (scripts/setup.sh installs it, matched to torch's CUDA), else
+# the machine's. -DCMAKE_CUDA_COMPILER=... wins over both.
+include(${CMAKE_CURRENT_LIST_DIR}/WheelCudaToolkit.cmake)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(Torch_DIR)
+    ddp_wheel_cuda_toolkit("${Torch_DIR}" "${PROJECT_BINARY_DIR}/cuda-toolkit")
+  elseif(_ddp_venv_prefix)
+    ddp_wheel_cuda_toolkit("${_ddp_venv_prefix}/Torch" "${PROJECT_BINARY_DIR}/cuda-toolkit")
+  endif()
+endif()
 if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
 endif()
@@ -103,6 +113,15 @@ if(TARGET torch_cuda)
   get_target_property(_ddp_cuda_definitions torch_cuda INTERFACE_COMPILE_DEFINITIONS)
   if("USE_C10D_NCCL" IN_LIST _ddp_cuda_definitions)
     message(STATUS "ddp: LibTorch has CUDA and c10d's NCCL backend (--device cuda, --backend nccl)")
+    # Workaround, PyPI's torch wheels (2.14.1): c10d's ProcessGroupNCCL.hpp includes <nccl.h>,
+    # which torch/include lacks but the nvidia-nccl wheel beside torch has: the NCCL LibTorch runs
+    # with (a CUDA toolkit's own nccl.h can be older), and the only one where there is no toolkit.
+    find_path(DDP_NCCL_INCLUDE_DIR nccl.h HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include"
+              DOC "NCCL's header, for c10d's ProcessGroupNCCL.hpp")
+    if(NOT DDP_NCCL_INCLUDE_DIR)
+      message(FATAL_ERROR "LibTorch at ${Torch_DIR} has c10d's NCCL backend, but no nccl.h was "
+                          "found: pass -DDDP_NCCL_INCLUDE_DIR=/dir/with/nccl.h")
+    endif()
   else()
     message(STATUS "ddp: LibTorch has CUDA but not c10d's NCCL backend (--device cuda with gloo)")
   endif()

@@ -6,16 +6,19 @@
 # downloads are cached (Debian's archives and pip's wheels, under $DDP_CACHE). CI runs this.
 #
 # usage: scripts/fresh-root.sh [--suite bookworm|trixie] [--libtorch wheel|debian] [--keep]
-#                              [--command CMD]... [ctest arguments, e.g. -R Sampler]
+#                              [--without-cuda-toolkit] [--command CMD]...
+#                              [ctest arguments, e.g. -R Sampler]
 #   --suite     the Debian release of the root (default bookworm, Debian 12)
 #   --libtorch  passed to scripts/setup.sh: PyPI's torch (default) or Debian's libtorch-dev
 #   --keep      leave the root in place afterwards (its path is printed)
+#   --without-cuda-toolkit
+#               leave the machine's CUDA toolkit out of the root, as most machines have none
 #   --command   run CMD in the root's copy of the tree instead of the three commands above (as
 #               often as given, in order; .ci/run passes the README's own lines this way)
 #   DDP_CACHE=dir            downloads kept between runs (default /var/cache/ddp.cpp)
 #   DDP_DEBIAN_MIRROR=url    the Debian mirror (default http://deb.debian.org/debian)
 # Needs root (debootstrap, chroot, mounts). The machine's CUDA toolkit (/usr/local/cuda), which
-# the project's machines have, is mounted read-only into the root.
+# the project's machines have, is mounted read-only into the root unless --without-cuda-toolkit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -23,12 +26,14 @@ repo=$PWD
 suite=bookworm
 libtorch=wheel
 keep=0
+cuda_toolkit=1
 commands=()
 while (($#)); do
   case $1 in
     --suite) suite=${2:?--suite needs bookworm or trixie}; shift 2 ;;
     --libtorch) libtorch=${2:?--libtorch needs wheel or debian}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --without-cuda-toolkit) cuda_toolkit=0; shift ;;
     --command) commands+=("${2:?--command needs a command line}"); shift 2 ;;
     *) break ;;
   esac
@@ -99,8 +104,8 @@ fi
 [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
 
 # 2. What the tests need from the host: /proc (child processes), /dev (null, urandom, shm, pts),
-#    /sys and a mount point at / (ip netns exec remounts / as a slave); the CUDA toolkit; and the
-#    download caches: apt's archives and pip's.
+#    /sys and a mount point at / (ip netns exec remounts / as a slave); the CUDA toolkit, unless
+#    left out; and the download caches: apt's archives and pip's.
 mount --bind "$root" "$root"
 mounts=("$root")
 bind /proc proc
@@ -108,7 +113,9 @@ bind /dev dev
 bind /dev/pts dev/pts
 bind /dev/shm dev/shm
 bind /sys sys
-[[ -d /usr/local/cuda/ ]] && bind "$(readlink -f /usr/local/cuda)" usr/local/cuda ro
+if ((cuda_toolkit)) && [[ -d /usr/local/cuda/ ]]; then
+  bind "$(readlink -f /usr/local/cuda)" usr/local/cuda ro
+fi
 bind "$cache/apt-$suite" var/cache/apt/archives
 bind "$cache/pip" root/.cache/pip
 
@@ -127,4 +134,5 @@ for command in "${commands[@]}"; do
   log "$command"
   in_root "$command"
 done
-log "passed: ${#commands[@]} command(s) in a fresh Debian $suite root ($(in_root 'build/ddp-train --version | head -1'))"
+toolkit_note=$( ((cuda_toolkit)) && [[ -d /usr/local/cuda/ ]] && echo "with" || echo "without")
+log "passed: ${#commands[@]} command(s) in a fresh Debian $suite root $toolkit_note a CUDA toolkit ($(in_root 'build/ddp-train --version | head -1'))"

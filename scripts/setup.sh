@@ -6,8 +6,9 @@
 #   --libtorch wheel   (the default) PyPI's torch and torchvision, pinned in
 #                      scripts/python-requirements.txt, in the virtual environment .venv: its
 #                      LibTorch (a CUDA build with NCCL) is what ddp.cpp compiles against, and its
-#                      Python is the reference the tests and benches compare with. CUDA headers
-#                      come from the machine's CUDA toolkit (/usr/local/cuda) where there is one.
+#                      Python is the reference the tests and benches compare with. nvcc and the
+#                      CUDA headers its CMake package needs come from NVIDIA's wheels, at torch's
+#                      CUDA version: no CUDA toolkit is needed on the machine.
 #   --libtorch debian  Debian's libtorch-dev (1.13.1 on Debian 12, 2.6.0 on Debian 13) and
 #                      python3-torch as the reference; no .venv.
 #   DDP_LIBTORCH=wheel|debian in the environment does the same as --libtorch.
@@ -87,14 +88,14 @@ if [[ $libtorch == wheel ]]; then
   torch_prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
   torch_dir=$torch_prefix/Torch
   cmake_args+=(-DTorch_DIR="$torch_dir" -DDDP_PYTHON="$PWD/.venv/bin/python")
-  # The wheel's CMake package enables CUDA and finds the toolkit through nvcc.
-  if ! command -v nvcc >/dev/null; then
-    if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-      export PATH=/usr/local/cuda/bin:$PATH
-    else
-      echo "setup: warning: no CUDA toolkit (nvcc, /usr/local/cuda): building without the" \
-        "CUDA and NCCL code paths (--device cuda will be refused)" >&2
-    fi
+  # A CUDA build of torch has a CMake package that needs a CUDA toolkit with nvcc to configure
+  # anything: NVIDIA's toolkit wheels at the version torch itself requires, so that a machine
+  # without /usr/local/cuda builds too, with the CUDA and NCCL code paths compiled
+  # (cmake/WheelCudaToolkit.cmake points CMake at them).
+  cuda_toolkit=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("cuda-toolkit"))' 2>/dev/null || true)
+  if [[ -n $cuda_toolkit ]]; then
+    echo "setup: NVIDIA's nvcc and CUDA headers into .venv (cuda-toolkit[nvcc,cccl]==$cuda_toolkit, torch's CUDA)"
+    .venv/bin/python -m pip install -q --disable-pip-version-check "cuda-toolkit[nvcc,cccl]==$cuda_toolkit"
   fi
 else
   torch_dir=""
