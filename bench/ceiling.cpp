@@ -19,9 +19,9 @@
 
 #include <torch/torch.h>
 
+#include "ddp/models/net.h"
+#include "ddp/models/onednn_conv2d.h"
 #include "ddp_build_config.h"
-#include "models/net.h"
-#include "models/onednn_conv2d.h"
 
 #if defined(DDP_HAVE_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>

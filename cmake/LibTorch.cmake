@@ -36,10 +36,6 @@ if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
 endif()
 find_package(Torch REQUIRED)
 message(STATUS "ddp: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
-# Installed programs find LibTorch where they were linked against it (a wheel's or a zip's lib/;
-# CMake leaves out of the install RPATH what lies in the source tree, as .venv does).
-set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
-list(APPEND CMAKE_INSTALL_RPATH "${TORCH_INSTALL_PREFIX}/lib")
 
 # The Python whose torch the tests and benches compare against: .venv's with LibTorch from there,
 # else python3 (Debian's, with python3-torch).

@@ -27,5 +27,6 @@ for i in "${!runs[@]}"; do
     --log-every 5 ${runs[i]} 2>&1) || { echo "run $((i + 1)) failed:"; echo "$output"; exit 1; }
   echo "run $((i + 1)): ${runs[i]}"
   grep -oE 'rank [0-9]+: final weights fingerprint [0-9a-f]+' <<<"$output" | sort
-  grep -E 'test_acc|test_loss' <<<"$output" | tail -2 || true
+  # Each epoch's losses and accuracy (not its seconds and images/s, which vary).
+  awk '/^\[rank 0\] +[0-9]+ / { print "  epoch", $3, $4, $5, $6 }' <<<"$output"
 done

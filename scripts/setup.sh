@@ -34,7 +34,7 @@ packages=(
   libgloo-dev                         # Gloo's headers, which c10d's ProcessGroupGloo.hpp includes
                                       # and PyPI's torch does not ship (CMakeLists.txt)
   libdnnl-dev ocl-icd-opencl-dev      # oneDNN 2.x's API: Winograd convolutions
-                                      # (models/onednn_conv2d.h); its CMake package needs OpenCL's
+                                      # (ddp/models/onednn_conv2d.h); its CMake package needs OpenCL's
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "torch_compat.h"
 
@@ -23,7 +24,7 @@ namespace ddp {
 
 AllocatorPolicy retain_freed_memory() {
   for (const char* name :
-       {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}) {
+       {env::kMallocMmapMax, env::kMallocMmapThreshold, env::kMallocTrimThreshold}) {
     if (std::getenv(name) != nullptr) return AllocatorPolicy::kLeftToEnvironment;
   }
 #if defined(__GLIBC__)
@@ -161,13 +162,14 @@ c10::Allocator* cpu_tensor_cache() {
 }
 
 TensorCachePolicy cache_cpu_tensors(int local_processes) {
-  if (const char* value = std::getenv("DDP_CPU_TENSOR_CACHE"); value != nullptr) {
+  if (const char* value = std::getenv(env::kCpuTensorCache); value != nullptr) {
     const std::string setting = value;
     if (setting == "0") return TensorCachePolicy::kTurnedOff;
     if (setting != "1") {
-      throw Error("environment variable DDP_CPU_TENSOR_CACHE is '" + setting +
-                  "'; set it to 1 (cache large CPU tensor blocks, the default) or 0 (LibTorch's "
-                  "allocator as it is), or unset it");
+      throw Error(
+          concat("environment variable ", env::kCpuTensorCache, " is '", setting,
+                 "'; set it to 1 (cache large CPU tensor blocks, the default) or 0 (LibTorch's "
+                 "allocator as it is), or unset it"));
     }
   }
 #if defined(__SANITIZE_ADDRESS__)
@@ -186,7 +188,7 @@ std::string to_string(TensorCachePolicy policy) {
     case TensorCachePolicy::kInstalled:
       return "CPU tensor blocks of 1 MiB and more cached for reuse";
     case TensorCachePolicy::kTurnedOff:
-      return "CPU tensors not cached (DDP_CPU_TENSOR_CACHE=0)";
+      return concat("CPU tensors not cached (", env::kCpuTensorCache, "=0)");
     case TensorCachePolicy::kAddressSanitizer:
       return "CPU tensors not cached (AddressSanitizer build)";
     case TensorCachePolicy::kOtherAllocator:

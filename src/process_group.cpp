@@ -1,4 +1,5 @@
 #include "ddp/process_group.h"
+#include "ddp/environment.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -123,12 +124,12 @@ void record_completion(c10d::Work& work, const std::shared_ptr<FlightRecorder>& 
 
 // The debugging options the environment asks for (ProcessGroupOptions), on top of the code's.
 ProcessGroupOptions with_debug_environment(ProcessGroupOptions o) {
-  const char* dir = std::getenv("DDP_DEBUG_DIR");
+  const char* dir = std::getenv(env::kDebugDir);
   if (o.debug_dir().empty() && dir != nullptr) o.debug_dir(dir);
-  const char* check = std::getenv("DDP_DEBUG_COLLECTIVES");
+  const char* check = std::getenv(env::kDebugCollectives);
   if (check != nullptr && *check != '\0' && std::string(check) != "0") o.debug_collectives(true);
-  if (const char* n = std::getenv("DDP_FLIGHT_RECORDS"); n != nullptr && *n != '\0')
-    o.flight_records(parse_int(n, "DDP_FLIGHT_RECORDS", 0, 10000000));
+  if (const char* n = std::getenv(env::kFlightRecords); n != nullptr && *n != '\0')
+    o.flight_records(parse_int(n, env::kFlightRecords, 0, 10000000));
   return o;
 }
 
@@ -243,16 +244,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
   std::string master_host = world.master_addr;
   try {
     if (url == "env://" && !world.store_file.empty()) {
-      // ddprun on one node: a FileStore in the launcher's private directory, so no port is
+      // A launcher on one node: a FileStore in its private directory, so no port is
       // opened at all (LibTorch 1.13's TCPStore server listens on every interface).
       store = c10::make_intrusive<c10d::FileStore>(world.store_file, size);
       store->setTimeout(options.rendezvous_timeout());
       master_host = "127.0.0.1";
     } else if (url == "env://") {
       if (size > 1 && !world.master_port_set) {
-        throw InvalidArgument(
-            "init method env:// needs MASTER_ADDR and MASTER_PORT (set by torchrun, ddprun or "
-            "you), or init method tcp://HOST:PORT");
+        throw InvalidArgument(concat("init method env:// needs ", env::kMasterAddr, " and ",
+                                     env::kMasterPort,
+                                     " (set by the launcher, or by you), or init method "
+                                     "tcp://HOST:PORT"));
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
@@ -280,8 +282,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
         msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos;
     if (in_use) {
       throw DistributedError(concat("rank 0: cannot host the store for ", url,
-                                    ": the port is in use (", msg,
-                                    "); choose another port (MASTER_PORT, or the init method's)"));
+                                    ": the port is in use (", msg, "); choose another port (",
+                                    env::kMasterPort, ", or the init method's)"));
     }
     throw DistributedError(concat("rank ", rank, ": cannot reach the store for ", url, " within ",
                                   seconds(options.rendezvous_timeout()), " s: ", msg,
@@ -289,7 +291,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
   }
   ProcessGroupOptions resolved = options;
   if (resolved.bind_address().empty() && !is_loopback_address(master_host) &&
-      std::getenv("GLOO_SOCKET_IFNAME") == nullptr) {
+      std::getenv(env::kGlooSocketIfname) == nullptr) {
     resolved.bind_address(route_address_to(master_host, world.master_port));
   }
   return init_with_store(store, rank, size, resolved);

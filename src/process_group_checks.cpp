@@ -28,8 +28,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 // Waits until every one of `keys` is in the store; throws like Store::wait() after `timeout`.
 // The other ranks usually post within a moment, so it polls for up to 5 ms first: LibTorch
-// 2.14's FileStore (one node under ddprun) looks only every 10 ms in wait(), which cost
-// --debug-collectives 17% of a step (docs/debugging.md).
+// 2.14's FileStore (one node under launch()) looks only every 10 ms in wait(), which cost
+// debug_collectives 17% of a step (docs/debugging.md).
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
                    std::chrono::milliseconds timeout) {
   const auto poll_until = Clock::now() + std::chrono::milliseconds(5);

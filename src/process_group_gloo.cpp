@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "process_group_backends.h"
 
@@ -38,7 +39,7 @@ Connected connect_gloo(const ConnectArgs& args) {
   args.rendezvous();
   const ProcessGroupOptions& o = args.options;
   const std::string host = o.bind_address().empty() ? "127.0.0.1" : o.bind_address();
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  const char* ifname = std::getenv(env::kGlooSocketIfname);
   const bool by_interface = o.bind_address().empty() && ifname != nullptr;
   try {
     SigpipeBlockedForNewThreads no_sigpipe;

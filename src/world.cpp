@@ -1,4 +1,5 @@
 #include "ddp/world.h"
+#include "ddp/environment.h"
 
 #include <cerrno>
 #include <climits>
@@ -24,9 +25,9 @@ int get_int(const Env& env, const std::string& name, int fallback, int min, int 
 }
 
 void read_master(const Env& env, WorldInfo& w) {
-  if (const std::string* addr = get(env, "MASTER_ADDR")) w.master_addr = *addr;
-  if (get(env, "MASTER_PORT")) {
-    w.master_port = get_int(env, "MASTER_PORT", 29500, 1, 65535);
+  if (const std::string* addr = get(env, env::kMasterAddr)) w.master_addr = *addr;
+  if (get(env, env::kMasterPort)) {
+    w.master_port = get_int(env, env::kMasterPort, 29500, 1, 65535);
     w.master_port_set = true;
   }
 }
@@ -66,45 +67,46 @@ std::string first_slurm_host(const std::string& nodelist) {
 
 WorldInfo WorldInfo::from_map(const Env& env) {
   WorldInfo w;
-  if (get(env, "RANK") || get(env, "WORLD_SIZE")) {
+  if (get(env, env::kRank) || get(env, env::kWorldSize)) {
     w.source = "torchrun";
-    if (!get(env, "RANK") || !get(env, "WORLD_SIZE")) {
-      throw InvalidArgument("RANK and WORLD_SIZE must be set together (torchrun sets both)");
+    if (!get(env, env::kRank) || !get(env, env::kWorldSize)) {
+      throw InvalidArgument(concat(env::kRank, " and ", env::kWorldSize,
+                                   " must be set together (torchrun sets both)"));
     }
-    w.world_size = get_int(env, "WORLD_SIZE", 1, 1, 1 << 20);
-    w.rank = get_int(env, "RANK", 0, 0, INT_MAX);
-    w.local_rank = get_int(env, "LOCAL_RANK", w.rank, 0, INT_MAX);
-    w.local_world_size = get_int(env, "LOCAL_WORLD_SIZE", w.world_size, 1, 1 << 20);
-    w.group_rank = get_int(env, "GROUP_RANK", 0, 0, INT_MAX);
-    w.restart_count = get_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0, INT_MAX);
-    const std::string* agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
+    w.world_size = get_int(env, env::kWorldSize, 1, 1, 1 << 20);
+    w.rank = get_int(env, env::kRank, 0, 0, INT_MAX);
+    w.local_rank = get_int(env, env::kLocalRank, w.rank, 0, INT_MAX);
+    w.local_world_size = get_int(env, env::kLocalWorldSize, w.world_size, 1, 1 << 20);
+    w.group_rank = get_int(env, env::kGroupRank, 0, 0, INT_MAX);
+    w.restart_count = get_int(env, env::kRestartCount, 0, 0, INT_MAX);
+    const std::string* agent = get(env, env::kUseAgentStore);
     w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
-    if (const std::string* file = get(env, "DDP_STORE_FILE")) w.store_file = *file;
+    if (const std::string* file = get(env, env::kStoreFile)) w.store_file = *file;
     read_master(env, w);
-  } else if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
+  } else if (get(env, env::kSlurmProcId) && get(env, env::kSlurmNtasks)) {
     w.source = "slurm";
-    w.world_size = get_int(env, "SLURM_NTASKS", 1, 1, 1 << 20);
-    w.rank = get_int(env, "SLURM_PROCID", 0, 0, INT_MAX);
-    w.local_rank = get_int(env, "SLURM_LOCALID", 0, 0, INT_MAX);
-    w.group_rank = get_int(env, "SLURM_NODEID", 0, 0, INT_MAX);
-    if (const std::string* per = get(env, "SLURM_NTASKS_PER_NODE")) {
+    w.world_size = get_int(env, env::kSlurmNtasks, 1, 1, 1 << 20);
+    w.rank = get_int(env, env::kSlurmProcId, 0, 0, INT_MAX);
+    w.local_rank = get_int(env, env::kSlurmLocalId, 0, 0, INT_MAX);
+    w.group_rank = get_int(env, env::kSlurmNodeId, 0, 0, INT_MAX);
+    if (const std::string* per = get(env, env::kSlurmNtasksPerNode)) {
       w.local_world_size = std::max(1, leading_int(*per));
-    } else if (const std::string* tasks = get(env, "SLURM_TASKS_PER_NODE")) {
+    } else if (const std::string* tasks = get(env, env::kSlurmTasksPerNode)) {
       w.local_world_size = std::max(1, leading_int(*tasks));
     } else {
       w.local_world_size = w.world_size;
     }
-    const std::string* nodes = get(env, "SLURM_JOB_NODELIST");
-    if (!nodes) nodes = get(env, "SLURM_NODELIST");
+    const std::string* nodes = get(env, env::kSlurmJobNodelist);
+    if (!nodes) nodes = get(env, env::kSlurmNodelist);
     if (nodes) w.master_addr = first_slurm_host(*nodes);
     read_master(env, w);
-  } else if (get(env, "OMPI_COMM_WORLD_RANK") && get(env, "OMPI_COMM_WORLD_SIZE")) {
+  } else if (get(env, env::kOmpiRank) && get(env, env::kOmpiSize)) {
     w.source = "openmpi";
-    w.world_size = get_int(env, "OMPI_COMM_WORLD_SIZE", 1, 1, 1 << 20);
-    w.rank = get_int(env, "OMPI_COMM_WORLD_RANK", 0, 0, INT_MAX);
-    w.local_rank = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, INT_MAX);
-    w.local_world_size = get_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", w.world_size, 1, 1 << 20);
-    w.group_rank = get_int(env, "OMPI_COMM_WORLD_NODE_RANK", 0, 0, INT_MAX);
+    w.world_size = get_int(env, env::kOmpiSize, 1, 1, 1 << 20);
+    w.rank = get_int(env, env::kOmpiRank, 0, 0, INT_MAX);
+    w.local_rank = get_int(env, env::kOmpiLocalRank, 0, 0, INT_MAX);
+    w.local_world_size = get_int(env, env::kOmpiLocalSize, w.world_size, 1, 1 << 20);
+    w.group_rank = get_int(env, env::kOmpiNodeRank, 0, 0, INT_MAX);
     read_master(env, w);
   } else {
     read_master(env, w);

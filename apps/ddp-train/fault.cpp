@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/world.h"
 
@@ -13,34 +14,35 @@ namespace ddp::train {
 
 Fault Fault::from_environment() {
   Fault f;
-  const char* spec = std::getenv("DDP_FAULT");
+  const char* spec = std::getenv(env::kFault);
   if (spec == nullptr || *spec == '\0') return f;
   const std::string text(spec);
+  const std::string name = env::kFault;
   const size_t at = text.find('@');
   const size_t colon = text.find(':', at);
   if (at == std::string::npos)
-    throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
+    throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
   f.kind_ = text.substr(0, at);
   if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit" &&
       f.kind_ != "slow") {
     throw InvalidArgument(
-        concat("DDP_FAULT: unknown kind '", f.kind_, "'; use nan, throw, hang, exit or slow"));
+        concat(name, ": unknown kind '", f.kind_, "'; use nan, throw, hang, exit or slow"));
   }
   f.step_ = parse_int(
       text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
-      "DDP_FAULT step", 1, 1 << 30);
+      name + " step", 1, 1 << 30);
   const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
   if (f.kind_ == "slow" && second == std::string::npos)
-    throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not slow@STEP:RANK:MS"));
+    throw InvalidArgument(concat(name, ": '", text, "' is not slow@STEP:RANK:MS"));
   if (colon != std::string::npos) {
     f.rank_ =
         parse_int(text.substr(colon + 1, second == std::string::npos ? second : second - colon - 1),
-                  "DDP_FAULT rank", 0, 1 << 20);
+                  name + " rank", 0, 1 << 20);
   }
   if (second != std::string::npos) {
     if (f.kind_ != "slow")
-      throw InvalidArgument(concat("DDP_FAULT: '", text, "' is not KIND@STEP[:RANK]"));
-    f.slow_ms_ = parse_int(text.substr(second + 1), "DDP_FAULT milliseconds", 1, 3600000);
+      throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
+    f.slow_ms_ = parse_int(text.substr(second + 1), name + " milliseconds", 1, 3600000);
   }
   return f;
 }
@@ -53,10 +55,11 @@ void Fault::at_loss(int64_t global_step, int rank, torch::Tensor& loss) const {
   if (kind_.empty() || global_step != step_ || rank != rank_) return;
   if (kind_ == "nan") loss = loss * std::nan("");
   if (kind_ == "throw")
-    throw Error(concat("rank ", rank, ": injected fault (DDP_FAULT) at step ", global_step));
+    throw Error(
+        concat("rank ", rank, ": injected fault (", env::kFault, ") at step ", global_step));
   if (kind_ == "exit") std::_Exit(3);
   if (kind_ == "hang") {
-    std::fprintf(stderr, "rank %d: injected hang (DDP_FAULT) at step %lld\n", rank,
+    std::fprintf(stderr, "rank %d: injected hang (%s) at step %lld\n", rank, env::kFault,
                  (long long)global_step);
     while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // never returns
   }

@@ -11,8 +11,8 @@
 
 #include "ddp/ddp.h"
 #include "ddp/join.h"
+#include "ddp/models/classifier.h"
 #include "ddp/precision.h"
-#include "models/classifier.h"
 #include "options.h"
 #include "session.h"
 

@@ -2,6 +2,7 @@
 
 #include "config_file.h"
 #include "ddp/comm_hook_registry.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "flags.h"
 
@@ -51,9 +52,11 @@ cli::Flag<O> dataset_flag() {
 
 cli::Flag<O> device_flag() {
   return {"--device", "NAME",
-          "auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; cuda "
-          "(each worker on GPU LOCAL_RANK of its node); cuda:N (every worker on GPU N: workers "
-          "sharing a GPU need --backend gloo, NCCL refuses them)",
+          concat("auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; "
+                 "cuda (each worker on GPU ",
+                 env::kLocalRank,
+                 " of its node); cuda:N (every worker on GPU N: workers sharing a GPU need "
+                 "--backend gloo, NCCL refuses them)"),
           [](O& o, const std::string& v) { o.device = parse_device(v); },
           [](const O& o) { return to_string(o.device); }};
 }
@@ -178,8 +181,9 @@ const cli::FlagTable<O>& table() {
                       "(default 0)",
                       &O::seed, 0, int64_t(1) << 62),
           int_flag<O>("--threads", "N",
-                      "intra-op threads per worker (default 0: cores / workers on this node, or "
-                      "OMP_NUM_THREADS)",
+                      concat("intra-op threads per worker (default 0: cores / workers on this "
+                             "node, or ",
+                             env::kOmpNumThreads, ")"),
                       &O::threads, 0, 1024),
           int_flag<O>("--max-steps", "N",
                       "stop each epoch after N steps (default 0: the whole epoch)", &O::max_steps,
@@ -207,13 +211,14 @@ const cli::FlagTable<O>& table() {
                        "when a collective fails or times out, or a rank gets SIGTERM, every rank "
                        "writes its last collectives to DIR/flight-rank-N.json and the launcher "
                        "names the rank the others waited for; `ddp-train analyze DIR` says it "
-                       "again (also DDP_DEBUG_DIR)",
+                       "again (also " +
+                           std::string(env::kDebugDir) + ")",
                        &O::debug_dir),
           switch_flag<O>("--debug-collectives",
                          "before each collective, check that every rank issues the same one "
                          "(operation, dtype, shape): a mismatch fails at once naming both, "
-                         "instead of hanging (a store round trip per collective; also "
-                         "DDP_DEBUG_COLLECTIVES=1)",
+                         "instead of hanging (a store round trip per collective; also " +
+                             std::string(env::kDebugCollectives) + "=1)",
                          &O::debug_collectives),
           int_flag<O>("--log-every", "N", "log the loss every N steps (default 50)", &O::log_every,
                       1, kHuge),

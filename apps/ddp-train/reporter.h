@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "ddp/data/dataset.h"
-#include "ddp/metrics.h"
+#include "metrics.h"
 #include "options.h"
 #include "progress.h"
 #include "stragglers.h"

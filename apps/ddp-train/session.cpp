@@ -168,8 +168,26 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
   return std::max(1, cpus / std::max(1, world.local_world_size));
 }
 
+namespace {
+
+// Where a data set's files are looked for without --data-dir: ./data for CIFAR-10, data/mnist
+// for MNIST, and where Debian's dataset-fashion-mnist installs Fashion-MNIST.
+std::string default_data_dir(data::DatasetKind kind) {
+  switch (kind) {
+    case data::DatasetKind::kFashionMnist:
+      return "/usr/share/datasets/fashion-mnist";
+    case data::DatasetKind::kMnist:
+      return "data/mnist";
+    case data::DatasetKind::kCifar10:
+      break;
+  }
+  return "data";
+}
+
+}  // namespace
+
 std::string data_dir_of(const TrainOptions& o) {
-  return o.data_dir.empty() ? data::default_data_dir(o.dataset) : o.data_dir;
+  return o.data_dir.empty() ? default_data_dir(o.dataset) : o.data_dir;
 }
 
 Session open_session(const TrainOptions& o, const WorldInfo& world) {

@@ -12,10 +12,10 @@
 
 #include "ddp/data/dataset.h"
 #include "ddp/data/loader.h"
+#include "ddp/models/classifier.h"
 #include "ddp/precision.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
-#include "models/classifier.h"
 #include "options.h"
 
 namespace ddp::train {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/metrics.h"
 #include "ddp/process_group.h"
+#include "metrics.h"
 
 namespace ddp::train {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/atomic_file.h"
+#include "created_file_guard.h"
 
 namespace ddp::train {
 

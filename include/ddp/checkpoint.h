@@ -2,8 +2,8 @@
 // the epoch and step, the RNG state, the config that made it and a format version; it is written
 // by rank 0 only, atomically (temporary file, fsync, rename), so a crash leaves the previous one
 // intact. Files are pickled dicts of tensors and plain values only: loading one never runs code.
-// State dicts (--export) load in Python with torch.load + load_state_dict, and Python's
-// torch.save(net.state_dict(), ...) files load here (ddp-train --init-from).
+// State dicts (export_state_dict) load in Python with torch.load + load_state_dict, and Python's
+// torch.save(net.state_dict(), ...) files load here (read_state_dict).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 //
 //   auto group = ddp::ProcessGroup::init({});
 //   ddp::DistributedDataParallel model(Net(), group);
-//   auto loss = torch::cross_entropy_loss(model.forward(x), y);
+//   auto loss = torch::nn::functional::cross_entropy(model.forward(x), y);
 //   loss.backward();  // gradients are averaged over ranks when this returns
 #pragma once
 

@@ -1,6 +1,7 @@
 // The exceptions ddp.cpp throws. A user mistake or a bad file is a ddp::Error whose message says
-// what was wrong, where (file, flag, rank) and what to do; the CLIs print it as one line and exit
-// non-zero. Subclasses let callers and tests tell the kinds apart.
+// what was wrong, where (file, option, rank) and what to do, in the library's own terms (its
+// options' names); a program adds its flags' names. Subclasses let callers and tests tell the
+// kinds apart.
 #pragma once
 
 #include <sstream>

@@ -1,7 +1,7 @@
 // Why a job hung, from its ranks' flight records (flight_recorder.h) side by side: the rank
 // that never started the collective the others waited in, ranks that disagree on what a
 // collective is, ranks that left no record. The launcher prints it when a job with a debug
-// directory fails; `ddp-train analyze DIR` prints it afterwards.
+// directory fails; a program can print it afterwards from the records left in that directory.
 #pragma once
 
 #include <cstdio>

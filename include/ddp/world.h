@@ -1,7 +1,8 @@
 // Who this process is in the job: rank, world size, local rank and where the master is, read
-// from the environment a launcher left. Launchers are tried in a fixed, documented order:
-//   1. torchrun / ddprun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-//      MASTER_ADDR, MASTER_PORT
+// from the environment a launcher left (the variables: environment.h). Launchers are tried in a
+// fixed, documented order:
+//   1. torchrun and launch() (launch.h): RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+//      GROUP_RANK, MASTER_ADDR, MASTER_PORT
 //   2. Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or
 //      SLURM_TASKS_PER_NODE, SLURM_NODEID; master = MASTER_ADDR or the first host of
 //      SLURM_JOB_NODELIST (SLURM_NODELIST)
@@ -27,7 +28,7 @@ struct WorldInfo {
   bool master_port_set = false;  // MASTER_PORT (or the launcher's) was given
   int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
   bool agent_store = false;      // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store
-  /// DDP_STORE_FILE: ddprun on one node rendezvouses through this file instead of a port.
+  /// DDP_STORE_FILE: launch() on one node rendezvouses through this file instead of a port.
   std::string store_file;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"
 

@@ -8,12 +8,12 @@ namespace ddp::data {
 
 const char* split_name(Split split) { return split == Split::kTrain ? "train" : "test"; }
 
-DatasetKind parse_dataset_kind(const std::string& name, const std::string& flag) {
+DatasetKind parse_dataset_kind(const std::string& name, const std::string& what) {
   if (name == "cifar10" || name == "cifar-10") return DatasetKind::kCifar10;
   if (name == "fashion-mnist" || name == "fashion_mnist") return DatasetKind::kFashionMnist;
   if (name == "mnist") return DatasetKind::kMnist;
   throw InvalidArgument(
-      concat(flag, ": unknown data set '", name, "'; use cifar10, fashion-mnist or mnist"));
+      concat(what, ": unknown data set '", name, "'; use cifar10, fashion-mnist or mnist"));
 }
 
 const char* dataset_kind_name(DatasetKind kind) {
@@ -26,18 +26,6 @@ const char* dataset_kind_name(DatasetKind kind) {
       return "mnist";
   }
   return "?";
-}
-
-std::string default_data_dir(DatasetKind kind) {
-  switch (kind) {
-    case DatasetKind::kCifar10:
-      return "data";
-    case DatasetKind::kFashionMnist:
-      return "/usr/share/datasets/fashion-mnist";  // Debian's dataset-fashion-mnist
-    case DatasetKind::kMnist:
-      return "data/mnist";
-  }
-  return "data";
 }
 
 std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, Split split) {

@@ -11,8 +11,8 @@
 #include "ddp/comm_hook_registry.h"
 #include "ddp/ddp.h"
 #include "ddp/error.h"
+#include "ddp/models/net.h"
 #include "ddp/powersgd.h"
-#include "models/net.h"
 #include "support/process.h"
 
 namespace ddp {

@@ -10,7 +10,7 @@
 
 #include "ddp/ddp.h"
 #include "ddp/error.h"
-#include "models/net.h"
+#include "ddp/models/net.h"
 #include "support/process.h"
 
 namespace ddp {

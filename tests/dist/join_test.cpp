@@ -9,7 +9,7 @@
 #include "ddp/comm_hook_registry.h"
 #include "ddp/ddp.h"
 #include "ddp/join.h"
-#include "models/net.h"
+#include "ddp/models/net.h"
 #include "support/net_copy.h"
 #include "support/process.h"
 

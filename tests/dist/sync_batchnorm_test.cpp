@@ -10,8 +10,8 @@
 
 #include "ddp/ddp.h"
 #include "ddp/error.h"
+#include "ddp/models/resnet.h"
 #include "ddp/sync_batchnorm.h"
-#include "models/resnet.h"
 #include "support/process.h"
 
 namespace ddp {

@@ -13,11 +13,11 @@
 
 #include <torch/cuda.h>
 
+#include "ddp-train/tensorboard.h"
 #include "ddp/error.h"
 #include "support/parts.h"
 #include "support/process.h"
 #include "support/trainer_fixture.h"
-#include "tensorboard.h"
 
 namespace ddp {
 namespace {

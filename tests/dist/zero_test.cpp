@@ -8,8 +8,8 @@
 
 #include "ddp/ddp.h"
 #include "ddp/error.h"
+#include "ddp/models/net.h"
 #include "ddp/zero.h"
-#include "models/net.h"
 #include "support/net_copy.h"
 #include "support/process.h"
 

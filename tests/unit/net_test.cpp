@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "models/net.h"
+#include "ddp/models/net.h"
 #include "support/process.h"
 
 namespace ddp {

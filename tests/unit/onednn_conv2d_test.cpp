@@ -1,7 +1,7 @@
 // onednn_conv2d(): the same convolution as torch::conv2d (stride 1, padding 1), forward and all
 // three gradients, by either algorithm (Winograd within its rounding); torch::conv2d where
 // oneDNN has no kernels.
-#include "models/onednn_conv2d.h"
+#include "ddp/models/onednn_conv2d.h"
 
 #include <algorithm>
 #include <thread>

@@ -1,11 +1,11 @@
 // blocked_max_pool2d(): torch::max_pool2d(x, 2, 2) of the activation a blocked tensor holds,
 // forward and gradient exactly (a max-pool only picks and routes values).
-#include "models/onednn_max_pool2d.h"
+#include "ddp/models/onednn_max_pool2d.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/onednn_conv2d.h"
+#include "ddp/models/onednn_conv2d.h"
 
 namespace ddp::models {
 namespace {

@@ -42,7 +42,7 @@ class Dataset {
   virtual std::string description() const = 0;
 };
 
-/// The data sets ddp-train knows by name.
+/// The binary data sets the library reads, by name (torchvision's data sets of the same names).
 enum class DatasetKind { kCifar10, kFashionMnist, kMnist };
 
 /// Parses "cifar10", "fashion-mnist" or "mnist" (also "cifar-10", "fashion_mnist"); throws
@@ -51,10 +51,6 @@ DatasetKind parse_dataset_kind(const std::string& name, const std::string& what 
 
 /// The canonical name of a kind ("cifar10", ...).
 const char* dataset_kind_name(DatasetKind kind);
-
-/// Where a kind's files are looked for when no directory is given: "data" for CIFAR-10 (and
-/// data/mnist for MNIST), Debian's dataset-fashion-mnist install path for Fashion-MNIST.
-std::string default_data_dir(DatasetKind kind);
 
 /// Opens one split of a data set from `dir`; throws IoError or DataError naming the file.
 std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, Split split);

@@ -1,4 +1,4 @@
-// Downloading CIFAR-10 (ddp-train --download): fetch the official binary archive with libcurl,
+// Downloading CIFAR-10: fetch the official binary archive with libcurl,
 // check its MD5, unpack it with libarchive and move the result into place only when everything
 // succeeded.
 #pragma once

@@ -5,8 +5,8 @@
 
 #include <torch/torch.h>
 
-#include "models/classifier.h"
-#include "models/onednn_conv2d.h"
+#include "ddp/models/classifier.h"
+#include "ddp/models/onednn_conv2d.h"
 
 namespace ddp::models {
 

@@ -1,4 +1,4 @@
-#include "models/onednn_conv2d.h"
+#include "ddp/models/onednn_conv2d.h"
 
 #include <tuple>
 #include <utility>

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "ddp/atomic_file.h"
+#include "created_file_guard.h"
 
 namespace ddp {
 

@@ -1,4 +1,4 @@
-#include "ddp/metrics.h"
+#include "metrics.h"
 
 #include <cerrno>
 #include <cmath>

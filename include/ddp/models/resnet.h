@@ -8,8 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "ddp/models/classifier.h"
 #include "ddp/sync_batchnorm.h"
-#include "models/classifier.h"
 
 namespace ddp::models {
 

@@ -1,7 +1,7 @@
-#include "models/net.h"
+#include "ddp/models/net.h"
 
-#include "models/onednn_conv2d.h"
-#include "models/onednn_max_pool2d.h"
+#include "ddp/models/onednn_conv2d.h"
+#include "ddp/models/onednn_max_pool2d.h"
 
 namespace ddp::models {
 

@@ -1,8 +1,8 @@
-#include "models/classifier.h"
+#include "ddp/models/classifier.h"
 
 #include "ddp/error.h"
-#include "models/net.h"
-#include "models/resnet.h"
+#include "ddp/models/net.h"
+#include "ddp/models/resnet.h"
 
 namespace ddp::models {
 

@@ -1,4 +1,4 @@
-#include "models/resnet.h"
+#include "ddp/models/resnet.h"
 
 namespace ddp::models {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/onednn_max_pool2d.h"
+#include "ddp/models/onednn_max_pool2d.h"
 
 #include <tuple>
 
