@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "ddp/error.h"
@@ -33,6 +34,12 @@ std::vector<int> cpu_share(const std::vector<int>& cpus, int nproc, int local_ra
   const int64_t begin = local_rank * n / nproc;
   const int64_t end = std::max(begin + 1, (local_rank + 1) * n / nproc);
   return {cpus.begin() + begin, cpus.begin() + end};
+}
+
+bool launched_with_cpu_binding() {
+  // The launcher writes "cores", and clears an outside value: any value means it bound us.
+  const char* bound = std::getenv("DDP_CPU_BIND");
+  return bound != nullptr && *bound != '\0';
 }
 
 std::string cpu_list_text(const std::vector<int>& cpus) {

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "ddp/cpu_binding.h"
 #include "ddp/error.h"
 #include "ddp/hang_analysis.h"
 #include "ddp/launch.h"
@@ -102,7 +103,7 @@ int train(const std::vector<std::string>& args) {
     std::printf("ddp-train: --nproc-per-node ignored: already started by a launcher (%s)\n",
                 world.source.c_str());
   }
-  if (options.cpu_bind != ddp::CpuBind::kNone && std::getenv("DDP_CPU_BIND") == nullptr &&
+  if (options.cpu_bind != ddp::CpuBind::kNone && !ddp::launched_with_cpu_binding() &&
       world.rank == 0) {
     std::printf(
         "ddp-train: --cpu-bind ignored: started by a launcher (%s), which places the "

@@ -3,9 +3,10 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <string>
+
+#include "ddp/launch.h"
 
 namespace ddp::train {
 namespace {
@@ -25,8 +26,7 @@ std::string duration_text(double seconds) {
 }  // namespace
 
 bool ProgressBar::stdout_is_terminal() {
-  const char* relayed = std::getenv("DDP_STDOUT_TTY");
-  if (relayed != nullptr && *relayed != '\0') return std::strcmp(relayed, "0") != 0;
+  if (const std::optional<bool> relayed = launcher_stdout_is_terminal()) return *relayed;
   return ::isatty(STDOUT_FILENO) == 1;
 }
 

@@ -12,7 +12,7 @@ namespace ddp::train {
 class ProgressBar {
  public:
   /// Whether stdout ends up on a terminal: it is one, or a launcher that prints to one relays it
-  /// (ddprun and ddp-train --nproc-per-node set DDP_STDOUT_TTY=1 in the workers).
+  /// (ddprun and ddp-train --nproc-per-node tell their workers: launcher_stdout_is_terminal()).
   static bool stdout_is_terminal();
 
   /// `live`: draw at all; `steps`: the epoch's steps on this rank.

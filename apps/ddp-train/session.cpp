@@ -160,8 +160,8 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
   }
   // The CPUs this process may use (taskset, a batch system or the launcher's --cpu-bind).
   const int cpus = int(std::max<size_t>(1, allowed_cpus().size()));
-  if (const char* bound = std::getenv("DDP_CPU_BIND"); bound != nullptr && *bound != '\0') {
-    reason = concat("its ", cpus, " CPU(s), --cpu-bind ", bound);  // this rank's share alone
+  if (launched_with_cpu_binding()) {
+    reason = concat("its ", cpus, " CPU(s), --cpu-bind cores");  // this rank's share alone
     return cpus;
   }
   reason = concat(cpus, " cores / ", world.local_world_size, " local workers");

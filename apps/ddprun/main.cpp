@@ -69,6 +69,7 @@ std::string help() {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   O o;
+  o.name("ddprun");
   try {
     bool want_help = false;
     const size_t program = table().parse(args, o, want_help, ddp::cli::Positional::kStop);
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     o.command({args.begin() + long(program), args.end()});
+    if (o.command().empty()) {  // said here, in this program's terms, not as launch()'s option
+      std::fputs("ddprun: error: no program to run; usage: ddprun [FLAGS] -- PROGRAM ARGS...\n",
+                 stderr);
+      return 2;
+    }
     return ddp::launch(o);
   } catch (const ddp::InvalidArgument& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());

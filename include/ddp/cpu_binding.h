@@ -1,7 +1,8 @@
-// Placing a node's workers on its CPUs: the launcher's --cpu-bind (Slurm's srun --cpu-bind=cores,
-// Open MPI's --bind-to core). Bound workers stop migrating between CPUs, and when workers
-// outnumber CPUs each CPU carries the same number of them, so ranks in lock step finish their
-// steps together instead of two sharing one CPU while another CPU waits (docs/performance.md).
+// Placing a node's workers on its CPUs: the launcher's cpu_bind option (as Slurm's srun
+// --cpu-bind=cores, Open MPI's --bind-to core). Bound workers stop migrating between CPUs, and
+// when workers outnumber CPUs each CPU carries the same number of them, so ranks in lock step
+// finish their steps together instead of two sharing one CPU while another CPU waits
+// (docs/performance.md).
 #pragma once
 
 #include <string>
@@ -24,6 +25,11 @@ std::vector<int> allowed_cpus();
 /// ranks share one CPU (4 workers on CPUs {0, 1}: 0, 0, 1, 1). Throws InvalidArgument when
 /// `cpus` is empty or local_rank is not in [0, nproc).
 std::vector<int> cpu_share(const std::vector<int>& cpus, int nproc, int local_rank);
+
+/// In a worker: whether the launcher bound it to its share of the CPUs (CpuBind::kCores; it says
+/// so in DDP_CPU_BIND). Then the CPUs this process may use are its own, not shared with other
+/// workers of the node, and one thread per CPU of allowed_cpus() is its fair size.
+bool launched_with_cpu_binding();
 
 /// The list as taskset writes it: "0-3,8".
 std::string cpu_list_text(const std::vector<int>& cpus);

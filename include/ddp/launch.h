@@ -1,4 +1,4 @@
-// The worker launcher behind `ddprun` and `ddp-train --nproc-per-node`: starts N workers of a
+// The worker launcher (what torchrun's agent does, in-process): starts N workers of a
 // program with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 // GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT), prefixes their output
 // with [rank N], and tears the whole group down when any worker fails: SIGTERM, then SIGKILL
@@ -6,6 +6,7 @@
 // with a debug directory, the verdict of the workers' flight records.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,15 +38,15 @@ struct LaunchOptions {
   /// wrote there and names the rank the others waited for (hang_analysis.h).
   TORCH_ARG(std::string, debug_dir);
   /// kCores: each worker runs only on its local rank's share of the launcher's CPUs (cpu_share),
-  /// and the workers are told so (DDP_CPU_BIND=cores), so that ddp-train takes one thread per
-  /// CPU of its share.
+  /// and the workers are told so (launched_with_cpu_binding() is true in them), so that a worker
+  /// can size its thread pool to its share rather than to the node.
   TORCH_ARG(CpuBind, cpu_bind) = CpuBind::kNone;
   /// Lines of a failed worker's stderr to print.
   TORCH_ARG(int, tail_lines) = 20;
   /// The program and its arguments.
   TORCH_ARG(std::vector<std::string>, command);
-  /// Name used in the launcher's own messages.
-  TORCH_ARG(std::string, name) = "ddprun";
+  /// Name used in the launcher's own messages (a program sets its own).
+  TORCH_ARG(std::string, name) = "launcher";
 };
 
 /// The exit status of a worker that failed only because another rank did (a collective lost its
@@ -56,8 +57,17 @@ constexpr int kExitPeerFailure = 75;
 
 /// Runs the workers to completion; returns the launcher's exit code: 0 when every worker
 /// succeeded, 1 when one failed (after max_restarts), 128+signal when the launcher was stopped
-/// by SIGINT/SIGTERM. Throws InvalidArgument for inconsistent options.
+/// by SIGINT/SIGTERM. Throws InvalidArgument for inconsistent options, IoError or Error when the
+/// workers cannot be started. However it ends, it leaves nothing behind: every worker it started
+/// has been reaped, the SIGINT/SIGTERM handlers it found are back, its temporary files are gone.
 int launch(const LaunchOptions& options);
+
+/// In a worker: whether the launcher's stdout, where this process's output ends up, is a
+/// terminal (the worker's own stdout is a pipe to the launcher, so isatty() cannot tell). The
+/// launcher says so in DDP_STDOUT_TTY; set outside, that variable passes through to the workers
+/// ("0": not a terminal). nullopt when it is not set: not started by a launcher that relays to a
+/// terminal, so the process's own stdout is what to ask.
+std::optional<bool> launcher_stdout_is_terminal();
 
 /// The signal's name ("SIGKILL"), or "signal N".
 std::string signal_name(int signal);

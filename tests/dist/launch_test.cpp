@@ -4,10 +4,14 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -405,7 +409,7 @@ TEST_F(LaunchTest, CpuBindCoresGivesEachLocalRankItsShareOfTheCpus) {
         << bound.output;
     listed += concat(r == 0 ? "" : ", ", r, ": ", share);
   }
-  EXPECT_NE(bound.output.find("CPUs of each local rank (--cpu-bind cores): " + listed),
+  EXPECT_NE(bound.output.find("CPUs of each local rank (cpu_bind cores): " + listed),
             std::string::npos)
       << bound.output;
 
@@ -451,6 +455,147 @@ TEST_F(LaunchTest, BadFlagsAreClearErrors) {
                                    "/bin/sh", "-c", "echo rank $RANK of $WORLD_SIZE"});
   EXPECT_EQ(torchrun.exit_code, 0) << torchrun.output;
   EXPECT_NE(torchrun.output.find("rank 1 of 2"), std::string::npos) << torchrun.output;
+}
+
+// The launcher in this process, failing after it has taken the signals, made its directory and
+// started a worker: everything is given back.
+
+// This process's children, zombies included (a child killed but not reaped is still one).
+std::set<int> children() {
+  std::set<int> pids;
+  DIR* proc = ::opendir("/proc");
+  while (dirent* e = ::readdir(proc)) {
+    if (std::atoi(e->d_name) <= 0) continue;
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and ')', so read after the last ')'.
+    const std::string stat = test::read_file("/proc/" + std::string(e->d_name) + "/stat");
+    const size_t comm_end = stat.rfind(')');
+    if (comm_end == std::string::npos) continue;  // gone meanwhile
+    std::istringstream fields(stat.substr(comm_end + 1));
+    std::string state;
+    int ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == ::getpid()) pids.insert(std::atoi(e->d_name));
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+std::vector<std::string> directory_entries(const std::string& path) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir(path.c_str());
+  while (dirent* e = dir ? ::readdir(dir) : nullptr) {
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+  }
+  if (dir) ::closedir(dir);
+  return names;
+}
+
+void note_signal(int) {}
+
+// Handlers of this test's own on SIGINT and SIGTERM (so that the launcher's cannot pass for the
+// ones found), and the process's original ones back at the end.
+class TestSignalHandlers {
+ public:
+  TestSignalHandlers() {
+    struct sigaction ours {};
+    ours.sa_handler = note_signal;
+    sigemptyset(&ours.sa_mask);
+    ::sigaction(SIGINT, &ours, &original_int_);
+    ::sigaction(SIGTERM, &ours, &original_term_);
+  }
+  ~TestSignalHandlers() {
+    ::sigaction(SIGINT, &original_int_, nullptr);
+    ::sigaction(SIGTERM, &original_term_, nullptr);
+  }
+  static bool installed(int sig) {
+    struct sigaction now {};
+    ::sigaction(sig, nullptr, &now);
+    return now.sa_handler == note_signal;
+  }
+
+ private:
+  struct sigaction original_int_ {};
+  struct sigaction original_term_ {};
+};
+
+// An environment variable of this process set (or, with nullptr, unset) until the scope ends.
+class ScopedVariable {
+ public:
+  ScopedVariable(std::string name, const char* value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    value ? ::setenv(name_.c_str(), value, 1) : ::unsetenv(name_.c_str());
+  }
+  ~ScopedVariable() {
+    old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+// A log file that cannot be opened (rank 1's name is a directory's) fails the start after rank 0
+// runs: a mistake a user can make, and the latest point of the start at which launch() throws.
+TEST(LaunchFailure, StartErrorLeavesNoHandlerFileOrProcess) {
+  test::TempDir tmp, logs;
+  ASSERT_EQ(::mkdir((logs / "rank_1.log").c_str(), 0755), 0);
+  const ScopedVariable tmpdir("TMPDIR", tmp.path().c_str());
+  const TestSignalHandlers handlers;
+  const std::set<int> before = children();
+  const auto options = LaunchOptions()
+                           .nproc_per_node(2)
+                           .log_dir(logs.path())
+                           .grace_seconds(30)  // not waited out: an error kills at once
+                           .command({"/bin/sleep", "60"});
+  std::string error;
+  try {
+    launch(options);
+  } catch (const IoError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "log_dir: cannot write " + (logs / "rank_1.log"));
+  EXPECT_EQ(::access((logs / "rank_0.log").c_str(), F_OK), 0);  // rank 0 was started first
+  EXPECT_TRUE(TestSignalHandlers::installed(SIGINT));
+  EXPECT_TRUE(TestSignalHandlers::installed(SIGTERM));
+  EXPECT_EQ(directory_entries(tmp.path()), std::vector<std::string>{});
+  const std::set<int> after = children();
+  EXPECT_EQ(after, before);
+  for (int pid : after) {  // what a regression left is not left to the next tests
+    if (before.count(pid) == 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+  }
+}
+
+// The library names its own option; a program adds its usage (ddprun: BadFlagsAreClearErrors).
+TEST(LaunchFailure, AnEmptyCommandIsNamedAsTheOption) {
+  std::string error;
+  try {
+    launch(LaunchOptions().nproc_per_node(2));
+  } catch (const InvalidArgument& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "command is empty: no program to run");
+}
+
+// What a worker reads of what its launcher told it (the variables' names are an interface:
+// scripts and other launchers set them too).
+TEST(LaunchEnvironment, WorkersReadTheLaunchersVariables) {
+  {
+    const ScopedVariable bind("DDP_CPU_BIND", nullptr), tty("DDP_STDOUT_TTY", nullptr);
+    EXPECT_FALSE(launched_with_cpu_binding());
+    EXPECT_EQ(launcher_stdout_is_terminal(), std::nullopt);
+  }
+  {
+    const ScopedVariable bind("DDP_CPU_BIND", ""), tty("DDP_STDOUT_TTY", "");
+    EXPECT_FALSE(launched_with_cpu_binding());
+    EXPECT_EQ(launcher_stdout_is_terminal(), std::nullopt);
+  }
+  {
+    const ScopedVariable bind("DDP_CPU_BIND", "cores"), tty("DDP_STDOUT_TTY", "1");
+    EXPECT_TRUE(launched_with_cpu_binding());
+    EXPECT_EQ(launcher_stdout_is_terminal(), std::optional<bool>(true));
+  }
+  const ScopedVariable tty("DDP_STDOUT_TTY", "0");
+  EXPECT_EQ(launcher_stdout_is_terminal(), std::optional<bool>(false));
 }
 
 }  // namespace
