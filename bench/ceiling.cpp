@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include "ddp/environment.h"
 #include "ddp/models/net.h"
 #include "ddp/models/onednn_conv2d.h"
 #include "ddp_build_config.h"
@@ -62,9 +63,10 @@ bool has_avx512_core_type(const char* name) {
   return false;
 }
 void run_openblas_with_avx512_kernels(char** argv) {
-  if (!__builtin_cpu_supports("avx512f") || has_avx512_core_type(std::getenv("OPENBLAS_CORETYPE")))
+  if (!__builtin_cpu_supports("avx512f") ||
+      has_avx512_core_type(std::getenv(ddp::env::kOpenblasCoretype)))
     return;
-  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  ::setenv(ddp::env::kOpenblasCoretype, "SkylakeX", 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: then measure as we are
 }
 
@@ -228,8 +230,8 @@ int main(int argc, char** argv) {
         layers.mean);
   }
   std::printf("| LibTorch's BLAS | %s |\n", libtorch_blas().c_str());
-  const char* core = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("| OpenBLAS kernels, if OpenBLAS (OPENBLAS_CORETYPE) | %s |\n",
+  const char* core = std::getenv(ddp::env::kOpenblasCoretype);
+  std::printf("| OpenBLAS kernels, if OpenBLAS (%s) | %s |\n", ddp::env::kOpenblasCoretype,
               core ? core : "detected");
   std::printf("| ceiling (the fastest p50) | %.1f GFLOP/s |\n", ceiling);
   if (with_bf16) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 
 namespace ddp {
@@ -38,7 +39,7 @@ std::vector<int> cpu_share(const std::vector<int>& cpus, int nproc, int local_ra
 
 bool launched_with_cpu_binding() {
   // The launcher writes "cores", and clears an outside value: any value means it bound us.
-  const char* bound = std::getenv("DDP_CPU_BIND");
+  const char* bound = std::getenv(env::kCpuBind);
   return bound != nullptr && *bound != '\0';
 }
 

@@ -1,3 +1,4 @@
+#include "ddp/environment.h"
 #include "ddp/launch.h"
 
 #include <netinet/in.h>
@@ -118,7 +119,7 @@ std::string signal_name(int sig) {
 }
 
 std::optional<bool> launcher_stdout_is_terminal() {
-  const char* relayed = std::getenv("DDP_STDOUT_TTY");
+  const char* relayed = std::getenv(env::kStdoutTty);
   if (relayed == nullptr || *relayed == '\0') return std::nullopt;
   return std::strcmp(relayed, "0") != 0;
 }
@@ -126,7 +127,7 @@ std::optional<bool> launcher_stdout_is_terminal() {
 int launch(const LaunchOptions& given) {
   validate(given);
   LaunchOptions options = given;
-  if (const char* dir = std::getenv("DDP_DEBUG_DIR"); options.debug_dir().empty() && dir != nullptr)
+  if (const char* dir = std::getenv(env::kDebugDir); options.debug_dir().empty() && dir != nullptr)
     options.debug_dir(dir);
   if (!options.log_dir().empty()) make_directories(options.log_dir());
   const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);

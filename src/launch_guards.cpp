@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 
 namespace ddp {
@@ -38,7 +39,7 @@ StopSignals::~StopSignals() {
 int StopSignals::received() const { return g_stop_signal; }
 
 TempDirectory::TempDirectory(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
+  const char* tmp = std::getenv(env::kTmpDir);
   std::string name = concat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "XXXXXX");
   if (::mkdtemp(name.data()) == nullptr) {
     throw IoError(concat("cannot create a directory like ", name, ": ", std::strerror(errno)));

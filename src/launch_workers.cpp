@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 
 extern char** environ;
@@ -39,18 +40,10 @@ Pipe make_pipe() {
 
 // The variables the launcher sets itself. A value of one in its own environment is not passed
 // on: a launcher started inside another job must not hand that job's rank or store to its workers.
-constexpr const char* kLauncherVariables[] = {"RANK",
-                                              "WORLD_SIZE",
-                                              "LOCAL_RANK",
-                                              "LOCAL_WORLD_SIZE",
-                                              "GROUP_RANK",
-                                              "MASTER_ADDR",
-                                              "MASTER_PORT",
-                                              "TORCHELASTIC_RESTART_COUNT",
-                                              "TORCHELASTIC_USE_AGENT_STORE",
-                                              "DDP_STORE_FILE",
-                                              "DDP_DEBUG_DIR",
-                                              "DDP_CPU_BIND"};
+constexpr const char* kLauncherVariables[] = {
+    env::kRank,          env::kWorldSize,  env::kLocalRank,  env::kLocalWorldSize,
+    env::kGroupRank,     env::kMasterAddr, env::kMasterPort, env::kRestartCount,
+    env::kUseAgentStore, env::kStoreFile,  env::kDebugDir,   env::kCpuBind};
 
 std::vector<std::string> inherited_environment() {
   std::vector<std::string> env;
@@ -131,23 +124,26 @@ void WorkerSet::start() {
 }
 
 std::vector<std::string> WorkerSet::environment(const Worker& w) const {
-  std::vector<std::string> env = inherited_environment();
-  env.push_back(concat("RANK=", w.rank));
-  env.push_back(concat("WORLD_SIZE=", o_.nnodes() * o_.nproc_per_node()));
-  env.push_back(concat("LOCAL_RANK=", w.local_rank));
-  env.push_back(concat("LOCAL_WORLD_SIZE=", o_.nproc_per_node()));
-  env.push_back(concat("GROUP_RANK=", o_.node_rank()));
-  env.push_back(concat("MASTER_ADDR=", o_.master_addr()));
-  env.push_back(concat("MASTER_PORT=", port_));
-  env.push_back(concat("TORCHELASTIC_RESTART_COUNT=", restart_));
-  if (!store_file_.empty()) env.push_back("DDP_STORE_FILE=" + store_file_);
-  if (!o_.debug_dir().empty()) env.push_back("DDP_DEBUG_DIR=" + o_.debug_dir());
-  if (!cpu_shares_.empty()) env.push_back("DDP_CPU_BIND=cores");  // launched_with_cpu_binding()
+  std::vector<std::string> vars = inherited_environment();
+  auto set = [&vars](const char* name, const auto& value) {
+    vars.push_back(concat(name, "=", value));
+  };
+  set(env::kRank, w.rank);
+  set(env::kWorldSize, o_.nnodes() * o_.nproc_per_node());
+  set(env::kLocalRank, w.local_rank);
+  set(env::kLocalWorldSize, o_.nproc_per_node());
+  set(env::kGroupRank, o_.node_rank());
+  set(env::kMasterAddr, o_.master_addr());
+  set(env::kMasterPort, port_);
+  set(env::kRestartCount, restart_);
+  if (!store_file_.empty()) set(env::kStoreFile, store_file_);
+  if (!o_.debug_dir().empty()) set(env::kDebugDir, o_.debug_dir());
+  if (!cpu_shares_.empty()) set(env::kCpuBind, "cores");  // launched_with_cpu_binding()
   // Workers write to pipes; this tells them the lines end up on a terminal (progress bars).
-  if (::isatty(STDOUT_FILENO) == 1 && std::getenv("DDP_STDOUT_TTY") == nullptr) {
-    env.push_back("DDP_STDOUT_TTY=1");  // launcher_stdout_is_terminal()
+  if (::isatty(STDOUT_FILENO) == 1 && std::getenv(env::kStdoutTty) == nullptr) {
+    set(env::kStdoutTty, 1);  // launcher_stdout_is_terminal()
   }
-  return env;
+  return vars;
 }
 
 void WorkerSet::spawn(Worker& w) {

@@ -1,7 +1,9 @@
 #include "pickle_guard.h"
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
+#include <string_view>
 
 #include "ddp/error.h"
 
@@ -22,92 +24,34 @@ struct Layout {
   int size = 0;
 };
 
-// clang-format off: a table, one line per layout
+// Each opcode's argument, from a table with one row per layout (opcodes not in it are invalid).
 Layout layout_of(uint8_t op) {
-  switch (op) {
-    case '(':
-    case '.':
-    case '0':
-    case '1':
-    case '2':
-    case 'N':
-    case 'Q':
-    case 'R':
-    case 'a':
-    case 'b':
-    case 'd':
-    case '}':
-    case 'e':
-    case 'l':
-    case ']':
-    case 'o':
-    case 's':
-    case 't':
-    case ')':
-    case 'u':
-    case 0x81:
-    case 0x85:
-    case 0x86:
-    case 0x87:
-    case 0x88:
-    case 0x89:
-    case 0x8f:
-    case 0x90:
-    case 0x91:
-    case 0x92:
-    case 0x93:
-    case 0x94:
-    case 0x97:
-    case 0x98:
-      return {Arg::kNone, 0};
-    case 'K':
-    case 'h':
-    case 'q':
-    case 0x80:
-    case 0x82:
-      return {Arg::kFixed, 1};
-    case 'M':
-    case 0x83:
-      return {Arg::kFixed, 2};
-    case 'J':
-    case 'j':
-    case 'r':
-    case 0x84:
-      return {Arg::kFixed, 4};
-    case 'G':
-    case 0x95:
-      return {Arg::kFixed, 8};  // FRAME's length only announces a frame
-    case 'U':
-    case 'C':
-    case 0x8a:
-    case 0x8c:
-      return {Arg::kLength, 1};
-    case 'T':
-    case 'X':
-    case 'B':
-    case 0x8b:
-      return {Arg::kLength, 4};
-    case 0x8d:
-    case 0x8e:
-    case 0x96:
-      return {Arg::kLength, 8};
-    case 'F':
-    case 'I':
-    case 'L':
-    case 'P':
-    case 'S':
-    case 'V':
-    case 'g':
-    case 'p':
-      return {Arg::kLine, 0};
-    case 'c':
-    case 'i':
-      return {Arg::kTwoLines, 0};
-    default:
-      return {};
-  }
+  struct Row {
+    std::string_view ops;
+    Layout layout;
+  };
+  static const std::array<Layout, 256> table = [] {
+    const Row rows[] = {
+        {"(.012NQRabd}el]ost)u\x81\x85\x86\x87\x88\x89\x8f\x90\x91\x92\x93\x94\x97\x98",
+         {Arg::kNone, 0}},
+        {"Khq\x80\x82", {Arg::kFixed, 1}},
+        {"M\x83", {Arg::kFixed, 2}},
+        {"Jjr\x84", {Arg::kFixed, 4}},
+        {"G\x95", {Arg::kFixed, 8}},  // FRAME's length only announces a frame
+        {"UC\x8a\x8c", {Arg::kLength, 1}},
+        {"TXB\x8b", {Arg::kLength, 4}},
+        {"\x8d\x8e\x96", {Arg::kLength, 8}},
+        {"FILPSVgp", {Arg::kLine, 0}},
+        {"ci", {Arg::kTwoLines, 0}},
+    };
+    std::array<Layout, 256> layouts{};
+    for (const Row& row : rows) {
+      for (char op : row.ops) layouts[uint8_t(op)] = row.layout;
+    }
+    return layouts;
+  }();
+  return table[op];
 }
-// clang-format on
 
 // LibTorch 1.13's Unpickler::setInput fills the memo with empty values up to a BINPUT's id, so
 // LONG_BINPUT 0x45000000 allocates 18 GB. Picklers number memo entries 0, 1, 2, ... and each

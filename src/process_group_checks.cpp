@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "torch_compat.h"
@@ -49,7 +50,7 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   const int64_t copies = store_->add(me + "/count", 1);
   if (copies > 1) {
     throw DistributedError(
-        concat("rank ", rank_, " joined twice; every process needs its own RANK"));
+        concat("rank ", rank_, " joined twice; every process needs its own ", env::kRank));
   }
   const std::string mine = std::to_string(size_);
   store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -70,7 +71,7 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
     if (their_size != mine) {
       throw DistributedError(concat("rank ", rank_, " was started with world size ", size_,
                                     " but rank ", r, " with world size ", their_size,
-                                    "; start every rank with the same WORLD_SIZE"));
+                                    "; start every rank with the same ", env::kWorldSize));
     }
   }
   if (!missing.empty()) {

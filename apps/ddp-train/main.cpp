@@ -11,6 +11,7 @@
 #include <torch/version.h>
 
 #include "ddp/cpu_binding.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/hang_analysis.h"
 #include "ddp/launch.h"
@@ -134,7 +135,7 @@ int analyze(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string rank_tag;
-  if (const char* r = std::getenv("RANK")) rank_tag = std::string(" (rank ") + r + ")";
+  if (const char* r = std::getenv(ddp::env::kRank)) rank_tag = std::string(" (rank ") + r + ")";
   try {
     if (args.size() == 1 && args[0] == "--version") {
       print_version();

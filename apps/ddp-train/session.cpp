@@ -8,6 +8,7 @@
 #include "ddp/allocator.h"
 #include "ddp/cpu_binding.h"
 #include "ddp/data/download.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/sync_batchnorm.h"
 #include "flag_hint.h"
@@ -31,7 +32,8 @@ torch::Device training_device(const DeviceChoice& choice, const WorldInfo& world
     throw InvalidArgument(
         concat("--device ", to_string(choice),
                ": no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no GPU is "
-               "visible: check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu"));
+               "visible: check nvidia-smi and ",
+               env::kCudaVisibleDevices, "); use --device cpu"));
   }
   const int gpus = int(torch::cuda::device_count());
   if (choice.index >= 0) {
@@ -154,9 +156,9 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
     reason = "--threads";
     return options.threads;
   }
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
-    reason = "OMP_NUM_THREADS";
-    return parse_int(omp, "environment variable OMP_NUM_THREADS", 1, 1024);
+  if (const char* omp = std::getenv(env::kOmpNumThreads); omp != nullptr && *omp != '\0') {
+    reason = env::kOmpNumThreads;
+    return parse_int(omp, concat("environment variable ", env::kOmpNumThreads), 1, 1024);
   }
   // The CPUs this process may use (taskset, a batch system or the launcher's --cpu-bind).
   const int cpus = int(std::max<size_t>(1, allowed_cpus().size()));
@@ -205,13 +207,13 @@ Session open_session(const TrainOptions& o, const WorldInfo& world) {
   if (world.world_size > 1) s.group = open_group(o, s);
   if (s.is_root()) {
     const bool one_gpu = o.device.index >= 0;
+    const std::string device = one_gpu              ? to_string(o.device)
+                               : s.device.is_cuda() ? concat("cuda:", env::kLocalRank)
+                                                    : "cpu";
     std::printf(
         "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
         "(%s)\n",
-        world.world_size, world.source.c_str(),
-        one_gpu              ? to_string(o.device).c_str()
-        : s.device.is_cuda() ? "cuda:LOCAL_RANK"
-                             : "cpu",
+        world.world_size, world.source.c_str(), device.c_str(),
         world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
     std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
   }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/launch.h"
 #include "flags.h"
@@ -13,6 +14,8 @@
 namespace {
 
 using O = ddp::LaunchOptions;
+using ddp::concat;
+namespace env = ddp::env;
 
 const ddp::cli::FlagTable<O>& table() {
   using namespace ddp::cli;
@@ -45,9 +48,9 @@ const ddp::cli::FlagTable<O>& table() {
           switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
                          DDP_CLI_FIELD(console_rank0_only)),
           text_flag<O>("--debug-dir", "DIR",
-                       "the workers write their flight records to DIR (DDP_DEBUG_DIR) when a "
-                       "collective fails or times out, or on SIGTERM; when the job fails, ddprun "
-                       "names the rank the others waited for",
+                       concat("the workers write their flight records to DIR (", env::kDebugDir,
+                              ") when a collective fails or times out, or on SIGTERM; when the "
+                              "job fails, ddprun names the rank the others waited for"),
                        DDP_CLI_FIELD(debug_dir)),
       },
       /*underscores_as_dashes=*/true);
@@ -56,10 +59,12 @@ const ddp::cli::FlagTable<O>& table() {
 
 std::string help() {
   return "usage: ddprun [FLAGS] [--] PROGRAM [ARGS...]\n\n"
-         "Starts PROGRAM once per worker with torchrun's environment (RANK, WORLD_SIZE, "
-         "LOCAL_RANK,\nLOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, "
-         "TORCHELASTIC_RESTART_COUNT).\nWhen a worker fails, the others are stopped (SIGTERM, "
-         "then SIGKILL) and the failure named.\n\nflags:\n" +
+         "Starts PROGRAM once per worker with torchrun's environment (" +
+         concat(env::kRank, ", ", env::kWorldSize, ", ", env::kLocalRank, ",\n",
+                env::kLocalWorldSize, ", ", env::kGroupRank, ", ", env::kMasterAddr, ", ",
+                env::kMasterPort, ", ", env::kRestartCount) +
+         ").\nWhen a worker fails, the others are stopped (SIGTERM, then SIGKILL) and the "
+         "failure named.\n\nflags:\n" +
          table().help() +
          "torchrun's spellings (--nproc_per_node, --master_addr, ...) are accepted too.\n";
 }

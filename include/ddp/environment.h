@@ -78,6 +78,9 @@ inline constexpr char kMallocTrimThreshold[] = "MALLOC_TRIM_THRESHOLD_";
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 /// Intra-op threads per worker where the program is not told (ddp-train: --threads).
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+/// OpenBLAS's kernel set (e.g. "Haswell"); bench-ceiling raises it to "SkylakeX" where the CPU
+/// has AVX-512 and the machine asked for less, to measure the real ceiling.
+inline constexpr char kOpenblasCoretype[] = "OPENBLAS_CORETYPE";
 /// The GPUs a process may see (CUDA's own variable; named in messages about missing GPUs).
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 
