@@ -20,6 +20,7 @@ struct MakeDataOptions {
   double signal = 0.5;
 };
 
+// The flags, one entry each: a declarative table.
 const cli::FlagTable<MakeDataOptions>& table() {
   using O = MakeDataOptions;
   static const cli::FlagTable<O> flags(

@@ -109,6 +109,7 @@ cli::Flag<O> lockstep_flag() {
   return flag;
 }
 
+// The flags, one entry each: a declarative table.
 const cli::FlagTable<O>& table() {
   constexpr int64_t kHuge = int64_t(1) << 40;
   static const cli::FlagTable<O> flags(

@@ -17,6 +17,7 @@ using O = ddp::LaunchOptions;
 using ddp::concat;
 namespace env = ddp::env;
 
+// The flags, one entry each: a declarative table.
 const ddp::cli::FlagTable<O>& table() {
   using namespace ddp::cli;
   static const FlagTable<O> flags(
