@@ -48,8 +48,8 @@ class PendingCast : public PendingReduction {
 }  // namespace
 
 std::unique_ptr<PendingReduction> AllReduceHook::start(GradBucket& bucket, ProcessGroup& group) {
-  return std::make_unique<PendingAllReduce>(group.allreduce(bucket.buffer), bucket.buffer,
-                                            group.size());
+  return std::make_unique<PendingAllReduce>(
+      group.allreduce(bucket.buffer, CollectiveTag{bucket.index}), bucket.buffer, group.size());
 }
 
 CastHook::CastHook(torch::ScalarType wire_type) : wire_type_(wire_type) {
@@ -63,7 +63,7 @@ std::unique_ptr<PendingReduction> CastHook::start(GradBucket& bucket, ProcessGro
   // Dividing before the cast (in the gradients' own precision) keeps large sums from
   // overflowing fp16's range of 65504.
   torch::Tensor wire = bucket.buffer.div(group.size()).to(wire_type_);
-  Work work = group.allreduce(wire);
+  Work work = group.allreduce(wire, CollectiveTag{bucket.index});
   return std::make_unique<PendingCast>(std::move(work), std::move(wire), bucket.buffer);
 }
 

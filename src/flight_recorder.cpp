@@ -195,7 +195,8 @@ FlightRecorder::~FlightRecorder() {
   list.erase(std::remove(list.begin(), list.end(), this), list.end());
 }
 
-int64_t FlightRecorder::issue(std::string op, std::string dtype, std::vector<int64_t> shape) {
+int64_t FlightRecorder::issue(std::string op, std::string dtype, std::vector<int64_t> shape,
+                              int bucket) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t seq = ++issued_;
   if (capacity_ == 0) return seq;
@@ -205,7 +206,7 @@ int64_t FlightRecorder::issue(std::string op, std::string dtype, std::vector<int
   r.dtype = std::move(dtype);
   r.shape = std::move(shape);
   r.step = step_;
-  r.bucket = bucket_;
+  r.bucket = bucket;
   r.issued_us = unix_microseconds();
   const size_t slot = size_t(seq - 1) % capacity_;
   if (slot < ring_.size()) {
@@ -254,11 +255,6 @@ void FlightRecorder::set_step(int64_t step) {
 int64_t FlightRecorder::step() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return step_;
-}
-
-void FlightRecorder::set_bucket(int bucket) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  bucket_ = bucket;
 }
 
 std::vector<CollectiveRecord> FlightRecorder::records() const {

@@ -35,6 +35,8 @@ struct PowerSGDHook::BucketState {
 
 namespace {
 
+using BucketState = PowerSGDHook::BucketState;
+
 // One gradient compressed as an n x m matrix with rank-r factors P (n x r) and Q (m x r).
 struct Factorised {
   torch::Tensor grad;    // the bucket's view, shaped like the parameter
@@ -42,67 +44,131 @@ struct Factorised {
   torch::Tensor p, q;    // views into the flat P and Q
 };
 
+// One bucket's reduction as start() leaves it for wait().
+struct Compression {
+  int bucket = 0;
+  std::vector<Factorised> factors;   // the gradients worth a low-rank approximation
+  std::vector<torch::Tensor> plain;  // the others, all-reduced as they are
+  int64_t p_numel = 0, q_numel = 0;
+  torch::Tensor p_flat, q_flat, plain_flat;
+  std::optional<Work> p_work, plain_work;
+  torch::Tensor buffer;
+  torch::Tensor input_copy;  // with error feedback: what this rank meant to send
+  std::shared_ptr<BucketState> state;
+};
+
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * int64_t(t.element_size()); }
+
+int64_t approximation_rank(int64_t n, int64_t m, const PowerSGDOptions& o) {
+  return std::min<int64_t>({n, m, o.matrix_approximation_rank()});
+}
 
 class PendingPowerSGD : public PendingReduction {
  public:
-  PendingPowerSGD(int64_t payload, ProcessGroup& group, std::vector<Factorised> factors,
-                  torch::Tensor p_flat, torch::Tensor q_flat, std::optional<Work> p_work,
-                  std::vector<torch::Tensor> plain, torch::Tensor plain_flat,
-                  std::optional<Work> plain_work, torch::Tensor buffer, torch::Tensor input_copy,
-                  std::shared_ptr<PowerSGDHook::BucketState> state, double epsilon)
-      : PendingReduction(payload),
-        group_(group),
-        factors_(std::move(factors)),
-        p_flat_(std::move(p_flat)),
-        q_flat_(std::move(q_flat)),
-        p_work_(std::move(p_work)),
-        plain_(std::move(plain)),
-        plain_flat_(std::move(plain_flat)),
-        plain_work_(std::move(plain_work)),
-        buffer_(std::move(buffer)),
-        input_copy_(std::move(input_copy)),
-        state_(std::move(state)),
-        epsilon_(epsilon) {}
+  PendingPowerSGD(int64_t payload, ProcessGroup& group, Compression c, double epsilon)
+      : PendingReduction(payload), group_(group), c_(std::move(c)), epsilon_(epsilon) {}
 
   void wait() override {
     torch::NoGradGuard no_grad;
     const double world = group_.size();
-    if (p_work_) {
-      p_work_->wait();
-      for (auto& f : factors_) {
+    if (c_.p_work) {
+      c_.p_work->wait();
+      for (auto& f : c_.factors) {
         orthogonalize_columns(f.p, epsilon_);
         torch::mm_out(f.q, f.matrix.t(), f.p);
       }
-      group_.allreduce(q_flat_).wait();
-      q_flat_.div_(world);
-      for (auto& f : factors_) f.grad.copy_(torch::mm(f.p, f.q.t()).view(f.grad.sizes()));
+      group_.allreduce(c_.q_flat, CollectiveTag{c_.bucket}).wait();
+      c_.q_flat.div_(world);
+      for (auto& f : c_.factors) f.grad.copy_(torch::mm(f.p, f.q.t()).view(f.grad.sizes()));
     }
-    if (plain_work_) {
-      plain_work_->wait();
-      plain_flat_.div_(world);
+    if (c_.plain_work) {
+      c_.plain_work->wait();
+      c_.plain_flat.div_(world);
       int64_t offset = 0;
-      for (auto& g : plain_) {
-        g.copy_(plain_flat_.narrow(0, offset, g.numel()).view(g.sizes()));
+      for (auto& g : c_.plain) {
+        g.copy_(c_.plain_flat.narrow(0, offset, g.numel()).view(g.sizes()));
         offset += g.numel();
       }
     }
     // What this rank meant to send minus what everyone applied: added back next step.
-    if (input_copy_.defined()) state_->error = input_copy_.sub_(buffer_);
+    if (c_.input_copy.defined()) c_.state->error = c_.input_copy.sub_(c_.buffer);
   }
 
  private:
   ProcessGroup& group_;
-  std::vector<Factorised> factors_;
-  torch::Tensor p_flat_, q_flat_;
-  std::optional<Work> p_work_;
-  std::vector<torch::Tensor> plain_;
-  torch::Tensor plain_flat_;
-  std::optional<Work> plain_work_;
-  torch::Tensor buffer_, input_copy_;
-  std::shared_ptr<PowerSGDHook::BucketState> state_;
+  Compression c_;
   double epsilon_;
 };
+
+// Which gradients are worth a low-rank approximation, and the sizes of their flat P and Q.
+void split_by_worth(const std::vector<torch::Tensor>& gradients, const PowerSGDOptions& o,
+                    Compression& c) {
+  for (const auto& g : gradients) {
+    const int64_t n = g.dim() > 1 ? g.size(0) : 0;
+    const int64_t m = n > 0 ? g.numel() / n : 0;
+    const int64_t r = approximation_rank(n, m, o);
+    if (n > 0 && double((n + m) * r) * o.min_compression_rate() < double(n * m)) {
+      c.factors.push_back({g, g.reshape({n, m}), {}, {}});
+      c.p_numel += n * r;
+      c.q_numel += m * r;
+    } else {
+      c.plain.push_back(g);
+    }
+  }
+}
+
+// Each factor's P and Q as views into the flat P (new each step) and the flat Q (kept in the
+// bucket's state for the warm start).
+void lay_out_factors(const PowerSGDOptions& o, torch::TensorOptions options, Compression& c) {
+  BucketState& state = *c.state;
+  c.p_flat = torch::empty({c.p_numel}, options);
+  if (!state.q_ready || state.q_flat.numel() != c.q_numel) {
+    state.q_flat = torch::empty({c.q_numel}, options);
+    state.q_ready = false;
+  }
+  c.q_flat = state.q_flat;
+  int64_t p_offset = 0, q_offset = 0;
+  for (auto& f : c.factors) {
+    const int64_t n = f.matrix.size(0), m = f.matrix.size(1);
+    const int64_t r = approximation_rank(n, m, o);
+    f.p = c.p_flat.narrow(0, p_offset, n * r).view({n, r});
+    f.q = c.q_flat.narrow(0, q_offset, m * r).view({m, r});
+    p_offset += n * r;
+    q_offset += m * r;
+  }
+}
+
+// Random orthogonal Qs, the same numbers on every rank: a generator seeded from the options,
+// the bucket and (without warm start) the step.
+void initialise_qs(const PowerSGDOptions& o, int64_t iteration, torch::TensorOptions options,
+                   Compression& c) {
+  auto generator =
+      at::make_generator<at::CPUGeneratorImpl>(o.seed() * 1000003u + uint64_t(c.bucket) * 7919u +
+                                               (o.warm_start() ? 0u : uint64_t(iteration)));
+  for (auto& f : c.factors) {
+    f.q.copy_(torch::randn(f.q.sizes(), generator, options));
+    orthogonalize_columns(f.q, o.orthogonalization_epsilon());
+  }
+  c.state->q_ready = true;
+}
+
+// The all-reduces that can start now: P = M Q of every factorised gradient, and the plain
+// gradients flattened into one tensor. Returns the bytes handed to collectives (Q's included).
+int64_t start_allreduces(ProcessGroup& group, Compression& c) {
+  const CollectiveTag tag{c.bucket};
+  if (!c.factors.empty()) {
+    for (auto& f : c.factors) torch::mm_out(f.p, f.matrix, f.q);
+    c.p_work.emplace(group.allreduce(c.p_flat, tag));
+  }
+  if (!c.plain.empty()) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& g : c.plain) parts.push_back(g.reshape({-1}));
+    c.plain_flat = torch::cat(parts);
+    c.plain_work.emplace(group.allreduce(c.plain_flat, tag));
+  }
+  return bytes_of(c.p_flat) + bytes_of(c.q_flat) +
+         (c.plain_flat.defined() ? bytes_of(c.plain_flat) : 0);
+}
 
 }  // namespace
 
@@ -127,89 +193,39 @@ torch::Tensor PowerSGDHook::error(int index) const {
   return buckets_[size_t(index)]->error;
 }
 
-std::unique_ptr<PendingReduction> PowerSGDHook::start(GradBucket& bucket, ProcessGroup& group) {
-  const bool compress = iteration_ >= options_.start_iter();
-  if (bucket.is_last) ++iteration_;
-  if (!compress) return AllReduceHook().start(bucket, group);
-
-  torch::NoGradGuard no_grad;
+std::shared_ptr<PowerSGDHook::BucketState> PowerSGDHook::state_of(const GradBucket& bucket) {
   if (buckets_.size() <= size_t(bucket.index)) buckets_.resize(size_t(bucket.index) + 1);
   auto& slot = buckets_[size_t(bucket.index)];
   if (!slot || slot->numel != bucket.buffer.numel()) {
     slot = std::make_shared<BucketState>();  // new, or the buckets were rebuilt
     slot->numel = bucket.buffer.numel();
   }
-  BucketState& state = *slot;
+  return slot;
+}
 
-  torch::Tensor input_copy;
+std::unique_ptr<PendingReduction> PowerSGDHook::start(GradBucket& bucket, ProcessGroup& group) {
+  const bool compress = iteration_ >= options_.start_iter();
+  if (bucket.is_last) ++iteration_;
+  if (!compress) return AllReduceHook().start(bucket, group);
+
+  torch::NoGradGuard no_grad;
+  Compression c;
+  c.bucket = bucket.index;
+  c.buffer = bucket.buffer;
+  c.state = state_of(bucket);
   if (options_.use_error_feedback()) {
-    if (state.error.defined()) bucket.buffer.add_(state.error);
-    input_copy = bucket.buffer.clone();
+    if (c.state->error.defined()) bucket.buffer.add_(c.state->error);
+    c.input_copy = bucket.buffer.clone();
   }
-
-  // Which gradients are worth a low-rank approximation.
-  std::vector<Factorised> factors;
-  std::vector<torch::Tensor> plain;
-  int64_t p_numel = 0, q_numel = 0;
-  for (const auto& g : bucket.gradients) {
-    const int64_t n = g.dim() > 1 ? g.size(0) : 0;
-    const int64_t m = n > 0 ? g.numel() / n : 0;
-    const int64_t r = std::min<int64_t>({n, m, options_.matrix_approximation_rank()});
-    if (n > 0 && double((n + m) * r) * options_.min_compression_rate() < double(n * m)) {
-      factors.push_back({g, g.reshape({n, m}), {}, {}});
-      p_numel += n * r;
-      q_numel += m * r;
-    } else {
-      plain.push_back(g);
-    }
+  split_by_worth(bucket.gradients, options_, c);
+  const auto tensor_options = bucket.buffer.options();
+  lay_out_factors(options_, tensor_options, c);
+  if (!c.state->q_ready || !options_.warm_start()) {
+    initialise_qs(options_, iteration_, tensor_options, c);
   }
-
-  const auto options = bucket.buffer.options();
-  torch::Tensor p_flat = torch::empty({p_numel}, options);
-  if (!state.q_ready || state.q_flat.numel() != q_numel) {
-    state.q_flat = torch::empty({q_numel}, options);
-    state.q_ready = false;
-  }
-  int64_t p_offset = 0, q_offset = 0;
-  for (auto& f : factors) {
-    const int64_t n = f.matrix.size(0), m = f.matrix.size(1);
-    const int64_t r = std::min<int64_t>({n, m, options_.matrix_approximation_rank()});
-    f.p = p_flat.narrow(0, p_offset, n * r).view({n, r});
-    f.q = state.q_flat.narrow(0, q_offset, m * r).view({m, r});
-    p_offset += n * r;
-    q_offset += m * r;
-  }
-  if (!state.q_ready || !options_.warm_start()) {
-    // The same numbers on every rank: a generator seeded from the options, bucket and step.
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(
-        options_.seed() * 1000003u + uint64_t(bucket.index) * 7919u +
-        (options_.warm_start() ? 0u : uint64_t(iteration_)));
-    for (auto& f : factors) {
-      f.q.copy_(torch::randn(f.q.sizes(), generator, options));
-      orthogonalize_columns(f.q, options_.orthogonalization_epsilon());
-    }
-    state.q_ready = true;
-  }
-  std::optional<Work> p_work;
-  if (!factors.empty()) {
-    for (auto& f : factors) torch::mm_out(f.p, f.matrix, f.q);
-    p_work.emplace(group.allreduce(p_flat));
-  }
-
-  torch::Tensor plain_flat;
-  std::optional<Work> plain_work;
-  if (!plain.empty()) {
-    std::vector<torch::Tensor> parts;
-    for (const auto& g : plain) parts.push_back(g.reshape({-1}));
-    plain_flat = torch::cat(parts);
-    plain_work.emplace(group.allreduce(plain_flat));
-  }
-  const int64_t payload =
-      bytes_of(p_flat) + bytes_of(state.q_flat) + (plain_flat.defined() ? bytes_of(plain_flat) : 0);
-  return std::make_unique<PendingPowerSGD>(
-      payload, group, std::move(factors), std::move(p_flat), state.q_flat, std::move(p_work),
-      std::move(plain), std::move(plain_flat), std::move(plain_work), bucket.buffer,
-      std::move(input_copy), slot, options_.orthogonalization_epsilon());
+  const int64_t payload = start_allreduces(group, c);
+  return std::make_unique<PendingPowerSGD>(payload, group, std::move(c),
+                                           options_.orthogonalization_epsilon());
 }
 
 PowerSGDOptions powersgd_options_from_spec(const std::string& arguments) {

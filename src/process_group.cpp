@@ -210,7 +210,7 @@ void Work::failed(const E& error) {
   throw error;
 }
 
-Work&& Work::then(std::function<void()> finish) && {
+Work Work::then(std::function<void()> finish) && {
   if (finish_) {  // after the step already there
     finish = [first = std::move(finish_), then = std::move(finish)] {
       first();
@@ -354,9 +354,9 @@ Work ProcessGroup::through_device(torch::Tensor& tensor,
   return std::move(work).then([tensor, on_device]() mutable { tensor.copy_(on_device); });
 }
 
-Work ProcessGroup::allreduce(torch::Tensor& tensor) {
+Work ProcessGroup::allreduce(torch::Tensor& tensor, CollectiveTag tag) {
   if (needs_device_copy(tensor)) {
-    return through_device(tensor, [this](torch::Tensor& t) { return allreduce(t); });
+    return through_device(tensor, [this, tag](torch::Tensor& t) { return allreduce(t, tag); });
   }
   if (tensor.scalar_type() == torch::kBFloat16 && backend_ == "gloo" &&
       !compat::kGlooReducesBFloat16) {
@@ -368,7 +368,7 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
     std::vector<at::Tensor> bits{tensor.contiguous().view(torch::kHalf)};
     std::vector<std::vector<at::Tensor>> output_bits(1);
     for (auto& o : outputs[0]) output_bits[0].push_back(o.view(torch::kHalf));
-    const int64_t seq = begin("all-reduce", tensor);
+    const int64_t seq = begin("all-reduce", tensor, tag);
     auto work = backend_impl_->group->allgather(output_bits, bits);
     return track(std::move(work), "all-reduce(bfloat16)", seq).then([outputs, tensor]() mutable {
       torch::Tensor sum = outputs[0][0].to(torch::kFloat);
@@ -376,7 +376,7 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor) {
       tensor.copy_(sum);
     });
   }
-  const int64_t seq = begin("all-reduce", tensor);
+  const int64_t seq = begin("all-reduce", tensor, tag);
   std::vector<at::Tensor> tensors{tensor};
   return track(backend_impl_->group->allreduce(tensors), "all-reduce", seq);
 }
@@ -422,14 +422,14 @@ void ProcessGroup::barrier() {
   track(backend_impl_->group->barrier(), "barrier", seq).wait();
 }
 
-int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor) {
+int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor, CollectiveTag tag) {
   std::string dtype = "none";
   std::vector<int64_t> shape;
   if (tensor.defined()) {
     dtype = dtype_name(tensor.scalar_type());
     shape = tensor.sizes().vec();
   }
-  const int64_t seq = recorder_->issue(op, dtype, shape);
+  const int64_t seq = recorder_->issue(op, dtype, shape, tag.bucket);
   if (debug_collectives_) {
     CollectiveRecord call;
     call.op = op;

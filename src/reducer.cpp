@@ -8,6 +8,8 @@
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "module_signature.h"
+#include "reducer_buckets.h"
+#include "reducer_internal.h"
 #include "torch_compat.h"
 
 namespace ddp {
@@ -21,25 +23,6 @@ struct Bucket {
   int pending = 0;             // gradients not yet ready this iteration
   std::unique_ptr<PendingReduction> reduction;
 };
-
-// A tensor over `numel(param)` elements of `buffer` from `offset`, laid out like `param`
-// (channels_last weights keep their strides). It is made with from_blob rather than as an
-// autograd view of the buffer: LibTorch 1.13's Optimizer::zero_grad() calls detach_() on every
-// gradient, which throws for views ("Can't detach views in-place"). The deleter holds the buffer,
-// so the memory lives as long as any gradient does.
-torch::Tensor bucket_view(const torch::Tensor& buffer, int64_t offset, const torch::Tensor& param) {
-  char* base = static_cast<char*>(buffer.data_ptr()) + offset * int64_t(buffer.element_size());
-  std::vector<int64_t> strides = param.strides().vec();
-  if (!param.is_non_overlapping_and_dense()) {
-    int64_t stride = 1;
-    for (size_t d = strides.size(); d-- > 0;) {
-      strides[d] = stride;
-      stride *= param.size(int64_t(d));
-    }
-  }
-  return torch::from_blob(
-      base, param.sizes(), strides, [keep = buffer](void*) {}, buffer.options());
-}
 
 }  // namespace
 
@@ -72,6 +55,7 @@ struct Reducer::Impl : std::enable_shared_from_this<Reducer::Impl> {
   bool record_order = true;
   bool rebuild_pending = false;
   std::string unfinished_error;  // reported at the next forward, as PyTorch does
+  detail::ReducerInternals::ForwardNotice forward_notice;  // ddp::Join's, while in one
 
   ReducerStats stats;
 
@@ -123,23 +107,9 @@ void Reducer::Impl::sync_module_states(int root) {
 }
 
 void Reducer::Impl::build_buckets(const std::vector<size_t>& order) {
-  const size_t first_cap = size_t(options.first_bucket_cap_mb() * 1024 * 1024);
-  const size_t cap = size_t(options.bucket_cap_mb() * 1024 * 1024);
-  std::vector<std::vector<size_t>> groups;
-  size_t bytes = 0;
-  for (size_t index : order) {
-    const torch::Tensor& p = params[index];
-    const bool new_dtype =
-        !groups.empty() && params[groups.back().front()].scalar_type() != p.scalar_type();
-    const size_t limit = groups.size() <= 1 ? first_cap : cap;
-    if (groups.empty() || new_dtype || bytes >= limit) {
-      // The first bucket is the first group; its cap applies until it closes.
-      groups.emplace_back();
-      bytes = 0;
-    }
-    groups.back().push_back(index);
-    bytes += size_t(p.numel()) * p.element_size();
-  }
+  const std::vector<std::vector<size_t>> groups =
+      group_into_buckets(params, order, size_t(options.first_bucket_cap_mb() * 1024 * 1024),
+                         size_t(options.bucket_cap_mb() * 1024 * 1024));
   // Keep the gradients the old buckets hold (needed when rebuilding between iterations).
   std::vector<torch::Tensor> old_grads(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
@@ -279,10 +249,8 @@ void Reducer::before_forward() {
     throw DistributedError(message);
   }
   const bool sync_gradients = sync_ && torch::GradMode::is_enabled();
-  if (join_mode_ && (sync_gradients || s.broadcasts_buffers() || s.rebuild_pending)) {
-    // Tell the joined ranks what to shadow (Join::join sums the same two numbers).
-    torch::Tensor notice = torch::tensor({int64_t(1), int64_t(sync_gradients)}, torch::kInt64);
-    s.group->allreduce(notice).wait();
+  if (s.forward_notice && (sync_gradients || s.broadcasts_buffers() || s.rebuild_pending)) {
+    s.forward_notice(sync_gradients);
   }
   if (s.rebuild_pending) s.rebuild_buckets();
   s.broadcast_buffers();
@@ -370,9 +338,7 @@ void Reducer::Impl::launch_ready_buckets() {
     GradBucket view{int(next_bucket), bucket.buffer, {}, next_bucket + 1 == buckets.size()};
     for (size_t index : bucket.params) view.gradients.push_back(views[index]);
     stats.hooks_before_launch[next_bucket] = hooks_fired;
-    group->recorder().set_bucket(int(next_bucket));  // the hook's collectives reduce this bucket
     bucket.reduction = hook->start(view, *group);
-    group->recorder().set_bucket(-1);
     stats.bytes_communicated_per_iteration += bucket.reduction->payload_bytes();
     ++next_bucket;
   }
@@ -443,10 +409,18 @@ void Reducer::Impl::rebuild_buckets() {
   stats.buckets_rebuilt = true;
 }
 
-// --- uneven inputs ------------------------------------------------------------------------------
+// --- what ddp::Join uses (reducer_internal.h) ----------------------------------------------------
 
-void Reducer::shadow_step(bool sync_gradients) {
-  Impl& s = *impl_;
+void detail::ReducerInternals::set_forward_notice(Reducer& reducer, ForwardNotice notice) {
+  reducer.impl_->forward_notice = std::move(notice);
+}
+
+bool detail::ReducerInternals::has_forward_notice(const Reducer& reducer) {
+  return bool(reducer.impl_->forward_notice);
+}
+
+void detail::ReducerInternals::shadow_step(Reducer& reducer, bool sync_gradients) {
+  Reducer::Impl& s = *reducer.impl_;
   if (s.rebuild_pending) s.rebuild_buckets();
   s.broadcast_buffers();
   if (!sync_gradients) return;
@@ -466,13 +440,16 @@ void Reducer::shadow_step(bool sync_gradients) {
   s.finalize();
 }
 
-void Reducer::broadcast_module_states(int root) {
-  if (root < 0 || root >= impl_->group->size()) {
-    throw InvalidArgument(concat("broadcast_module_states: rank ", root, " is outside [0, ",
-                                 impl_->group->size(), ")"));
+void detail::ReducerInternals::broadcast_module_states(Reducer& reducer, int root) {
+  Reducer::Impl& s = *reducer.impl_;
+  if (root < 0 || root >= s.group->size()) {
+    throw InvalidArgument(
+        concat("broadcast_module_states: rank ", root, " is outside [0, ", s.group->size(), ")"));
   }
-  impl_->sync_module_states(root);
+  s.sync_module_states(root);
 }
+
+ProcessGroup& detail::ReducerInternals::group(Reducer& reducer) { return *reducer.impl_->group; }
 
 // --- accessors ----------------------------------------------------------------------------------
 
@@ -494,7 +471,5 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
   }
   return out;
 }
-
-ProcessGroup& Reducer::group() const { return *impl_->group; }
 
 }  // namespace ddp

@@ -184,11 +184,6 @@ inline void set_autocast(c10::DeviceType type, bool enabled, at::ScalarType dtyp
 }
 #endif
 
-inline std::string libtorch_version() {
-  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-         std::to_string(TORCH_VERSION_PATCH);
-}
-
 }  // namespace ddp::compat
 
 namespace ddp::compat {

@@ -8,7 +8,7 @@ namespace ddp::train {
 namespace {
 
 // This rank's slice of the test set.
-std::vector<int64_t> slice(const Session& s) {
+std::vector<int64_t> slice(const TrainingSetup& s) {
   const int64_t n = int64_t(s.test_set->size());
   const int64_t begin = n * s.world.rank / s.world.world_size;
   const int64_t end = n * (s.world.rank + 1) / s.world.world_size;
@@ -18,7 +18,7 @@ std::vector<int64_t> slice(const Session& s) {
 }
 
 // Test images are read without augmentation, in large batches.
-data::LoaderOptions test_loader_options(const Session& s) {
+data::LoaderOptions test_loader_options(const TrainingSetup& s) {
   data::LoaderOptions options = s.loader_options;
   options.transforms().crop_padding(0);
   options.transforms().horizontal_flip(false);
@@ -28,7 +28,7 @@ data::LoaderOptions test_loader_options(const Session& s) {
 
 }  // namespace
 
-Evaluation evaluate(const Session& s) {
+Evaluation evaluate(const TrainingSetup& s) {
   data::Loader loader(*s.test_set, test_loader_options(s));
   loader.start_epoch(slice(s), 0);
   torch::NoGradGuard no_grad;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "session.h"
+#include "training_setup.h"
 
 namespace ddp::train {
 
@@ -17,7 +17,7 @@ struct Evaluation {
   std::vector<double> class_accuracy;  // by label
 };
 
-/// Evaluates the session's model on its test set (a collective: every rank calls it).
-Evaluation evaluate(const Session& session);
+/// Evaluates the set-up's model on its test set (a collective: every rank calls it).
+Evaluation evaluate(const TrainingSetup& setup);
 
 }  // namespace ddp::train

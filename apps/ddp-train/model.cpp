@@ -18,7 +18,7 @@ double LockstepBaseline::wait() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-TrainedModel::TrainedModel(const TrainOptions& o, const Session& s)
+TrainedModel::TrainedModel(const TrainOptions& o, const TrainingSetup& s)
     : module_(s.model), device_(s.device), precision_(s.precision) {
   if (!s.group) return;
   if (!o.no_sync_baseline) {
@@ -40,7 +40,7 @@ torch::Tensor TrainedModel::forward(const torch::Tensor& images) {
                      [&] { return ddp_ ? ddp_->forward(images) : module_->forward(images); });
 }
 
-double TrainedModel::finish_backward() {
+double TrainedModel::exposed_wait_seconds() {
   if (ddp_) return ddp_->stats().last_exposed_comm_seconds;
   return lockstep_ ? lockstep_->wait() : 0.0;
 }

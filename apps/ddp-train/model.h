@@ -14,7 +14,7 @@
 #include "ddp/models/classifier.h"
 #include "ddp/precision.h"
 #include "options.h"
-#include "session.h"
+#include "training_setup.h"
 
 namespace ddp::train {
 
@@ -43,16 +43,16 @@ class LockstepBaseline {
 
 class TrainedModel {
  public:
-  /// Wraps the session's model in DDP (broadcasting rank 0's weights) unless there is one rank
+  /// Wraps the set-up's model in DDP (broadcasting rank 0's weights) unless there is one rank
   /// or a benchmark baseline is asked for.
-  TrainedModel(const TrainOptions& options, const Session& session);
+  TrainedModel(const TrainOptions& options, const TrainingSetup& setup);
 
   /// The logits of a batch, in fp32, prepared for a synchronised backward.
   torch::Tensor forward(const torch::Tensor& images);
 
   /// After loss.backward(): the seconds this rank then waited for the others (the exposed part
-  /// of the gradients' all-reduce, or the lockstep baseline's wait).
-  double finish_backward();
+  /// of the gradients' all-reduce, or the lockstep baseline's wait, which happens here).
+  double exposed_wait_seconds();
 
   /// With DDP and --no-pad: a Join through which a rank out of batches shadows the others'
   /// steps, calling `shadow_step` after each; null otherwise.

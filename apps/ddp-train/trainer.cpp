@@ -18,10 +18,10 @@
 #include "flag_hint.h"
 #include "model.h"
 #include "optimizer.h"
-#include "session.h"
 #include "step_trace.h"
 #include "stragglers.h"
 #include "timeline.h"
+#include "training_setup.h"
 
 namespace ddp::train {
 namespace {
@@ -77,7 +77,7 @@ struct Position {
 
 // A checkpoint (explicit, or the newest after a launcher restart), a state dict, or the seeded
 // initial weights. Every rank reads the same file.
-Position restore(const TrainOptions& o, const Session& s, TrainOptimizer& optimizer) {
+Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& optimizer) {
   std::string resume = o.resume;
   if (resume.empty() && s.world.restart_count > 0 && !o.checkpoint_dir.empty()) resume = "auto";
   if (resume == "auto") resume = latest_checkpoint(o.checkpoint_dir);
@@ -110,7 +110,7 @@ Position restore(const TrainOptions& o, const Session& s, TrainOptimizer& optimi
 // Everything an epoch of training works with, set up once.
 struct Training {
   const TrainOptions& options;
-  const Session& session;
+  const TrainingSetup& setup;
   TrainedModel& model;
   TrainOptimizer& optimizer;
   DistributedSampler& sampler;
@@ -165,11 +165,11 @@ void observe_step(Training& t, const StepTrace::Step& s) {
 // One training step on one batch: forward, backward (the gradients' all-reduce overlaps it),
 // update. Returns false at the end of the epoch's data.
 bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
-  const int rank = t.session.world.rank;
-  const torch::Device device = t.session.device;
+  const int rank = t.setup.world.rank;
+  const torch::Device device = t.setup.device;
   const bool exact = t.trace.enabled() || t.timeline.enabled();  // see now_after()
   const auto t0 = Clock::now();
-  if (t.session.group) t.session.group->recorder().set_step(t.global_step + 1);
+  if (t.setup.group) t.setup.group->recorder().set_step(t.global_step + 1);
   std::optional<data::Batch> batch = t.loader.next();
   if (!batch) return false;
   batch->to(device);
@@ -180,7 +180,7 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   const auto t2 = now_after(device, exact);
   t.optimizer.zero_grad();
   loss.backward();
-  const double exposed = t.model.finish_backward();
+  const double exposed = t.model.exposed_wait_seconds();
   const auto t3 = now_after(device, exact);
   const bool updated = update(t, totals, [&] {
     const double value = loss.item<double>();
@@ -213,12 +213,12 @@ EpochReport train_epoch(Training& t, int epoch) {
   t.loader.start_epoch(t.sampler.indices(), epoch - 1);
   const int64_t steps = steps_of(o, t.loader.num_batches());
   EpochTotals totals;
-  totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.session.device));
+  totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));
   // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
   // weights and optimizer state stay identical everywhere.
   const std::unique_ptr<Join> join = t.model.join_when_out_of_data(o.no_pad, [&] {
     update(t, totals, [&] {
-      return concat("rank ", t.session.world.rank, ": non-finite gradient at epoch ", epoch,
+      return concat("rank ", t.setup.world.rank, ": non-finite gradient at epoch ", epoch,
                     " (averaged from the ranks still training; this one had joined)");
     });
   });
@@ -227,7 +227,7 @@ EpochReport train_epoch(Training& t, int epoch) {
   for (int64_t step = 0; step < steps && train_step(t, totals, epoch, step); ++step) {
   }
   if (join) join->join();  // shadowed steps count in global_step too
-  ProcessGroup* group = t.session.group.get();
+  ProcessGroup* group = t.setup.group.get();
   // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
   // each other, under --no-sync-baseline they drift apart, and the slowest one is the job's pace.
   const double seconds = max_over_ranks(group, seconds_between(start, Clock::now()));
@@ -248,7 +248,7 @@ EpochReport train_epoch(Training& t, int epoch) {
 
 void add_evaluation(const Training& t, EpochResult& r) {
   const auto start = Clock::now();
-  const Evaluation e = evaluate(t.session);
+  const Evaluation e = evaluate(t.setup);
   t.timeline.span("evaluation", start, Clock::now());
   r.test_loss = e.loss;
   r.test_acc = e.accuracy;
@@ -261,10 +261,10 @@ void add_evaluation(const Training& t, EpochResult& r) {
 double optimizer_state_mb(const Training& t, bool first_epoch) {
   std::vector<double> state_mb = {double(t.optimizer.local_state_bytes()) / 1e6};
   const double rank0 = state_mb[0];
-  sum_over_ranks(t.session.group.get(), state_mb);
-  if (t.optimizer.sharded() && t.session.is_root() && first_epoch) {
+  sum_over_ranks(t.setup.group.get(), state_mb);
+  if (t.optimizer.sharded() && t.setup.is_root() && first_epoch) {
     std::printf("optimizer state (--zero): %.2f MB on rank 0, %.2f MB over all %d ranks\n", rank0,
-                state_mb[0], t.session.world.world_size);
+                state_mb[0], t.setup.world.world_size);
   }
   return rank0;
 }
@@ -276,17 +276,17 @@ void checkpoint_if_due(const Training& t, int epoch) {
   CheckpointState state;
   state.epoch = epoch;
   state.global_step = t.global_step;
-  state.world_size = t.session.world.world_size;
+  state.world_size = t.setup.world.world_size;
   state.config = config_text(o);
   state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  const bool root = t.session.is_root();
+  const bool root = t.setup.is_root();
   // A rank missing here is named, instead of the save's collectives timing out.
-  if (t.session.group)
-    t.session.group->monitored_barrier(to_ms(o.timeout), concat("checkpoint of epoch ", epoch));
-  t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.session.model, state, root);
+  if (t.setup.group)
+    t.setup.group->monitored_barrier(to_ms(o.timeout), concat("checkpoint of epoch ", epoch));
+  t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.setup.model, state, root);
   if (root) prune_checkpoints(o.checkpoint_dir, o.keep);
   // Nobody goes on (or reads the checkpoint) before it is complete.
-  if (t.session.group) t.session.group->barrier();
+  if (t.setup.group) t.setup.group->barrier();
   t.timeline.span(concat("checkpoint of epoch ", epoch), start, Clock::now());
 }
 
@@ -298,7 +298,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   StepTrace trace(o.step_trace, world.rank);
   Timeline timeline(o.trace, world.rank);
   const Fault fault = Fault::from_environment();  // a malformed DDP_FAULT fails before start-up
-  const Session s = open_session(o, world);
+  const TrainingSetup s = set_up_training(o, world);
   const int64_t epoch_steps = steps_per_epoch(o, int64_t(s.train_set->size()), world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
   const Position start = restore(o, s, optimizer);
@@ -332,7 +332,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
 
 void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
   if (o.checkpoint.empty()) throw InvalidArgument("evaluate needs --checkpoint FILE");
-  const Session s = open_session(o, world);
+  const TrainingSetup s = set_up_training(o, world);
   load_state_dict(*s.model, read_state_dict(o.checkpoint), o.checkpoint);
   const Evaluation e = evaluate(s);
   if (s.is_root()) {

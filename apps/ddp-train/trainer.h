@@ -1,6 +1,6 @@
 // ddp-train's training run as a recipe: set up (device, group, data, model, optimizer), then per
-// epoch train → evaluate → report → checkpoint. The parts live in their own files: session.h
-// (set-up), model.h and optimizer.h (one face each, with or without DDP and ZeRO),
+// epoch train → evaluate → report → checkpoint. The parts live in their own files:
+// training_setup.h, model.h and optimizer.h (one face each, with or without DDP and ZeRO),
 // evaluation.h, reporter.h (everything rank 0 says), fault.h (DDP_FAULT).
 #pragma once
 

@@ -6,6 +6,18 @@
 //   ddp::DistributedDataParallel model(Net(), group);
 //   auto loss = torch::nn::functional::cross_entropy(model.forward(x), y);
 //   loss.backward();  // gradients are averaged over ranks when this returns
+//
+// Threads: drive each DistributedDataParallel from one thread, one iteration (forward(), then
+// the backward of its output) after the other. The reducer's bucket state has no lock: autograd
+// runs the gradient hooks and the end-of-backward callback one at a time on the thread running
+// the backward (the caller's on the CPU; on CUDA the device's engine thread, which is why the
+// parameters must all be on one device). Two backward passes through one model at once, or a
+// forward on another thread during a backward, race on that state: gradients count towards the
+// wrong iteration, buckets are reduced twice or out of order, this rank's collectives stop
+// matching the other ranks' and the job hangs until the process group's timeout (with
+// debug_collectives, a mismatch of shapes fails at once). Likewise, another thread's collective
+// on the same process group during backward may be ordered differently on each rank. Separate
+// instances on separate process groups may each have their own thread (the tests' ranks do).
 #pragma once
 
 #include <memory>
@@ -40,10 +52,10 @@ void collect_tensors(const T&, std::vector<torch::Tensor>&) {}  // not a tensor:
 /// locally; the first backward after it communicates the accumulated sum.
 class NoSyncGuard {
  public:
-  explicit NoSyncGuard(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync()) {
-    reducer_.set_sync(false);
+  explicit NoSyncGuard(Reducer& reducer) : reducer_(reducer), previous_(reducer.sync_) {
+    reducer_.sync_ = false;
   }
-  ~NoSyncGuard() { reducer_.set_sync(previous_); }
+  ~NoSyncGuard() { reducer_.sync_ = previous_; }
   NoSyncGuard(const NoSyncGuard&) = delete;
   NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
@@ -52,7 +64,8 @@ class NoSyncGuard {
   bool previous_;
 };
 
-/// Wraps a module of type `ModuleType` (a torch::nn::Module subclass with forward()).
+/// Wraps a module of type `ModuleType` (a torch::nn::Module subclass with forward()). One thread
+/// at a time (see the top of this file).
 template <typename ModuleType>
 class DistributedDataParallel {
  public:
@@ -67,7 +80,8 @@ class DistributedDataParallel {
                           std::shared_ptr<ProcessGroup> group, DDPOptions options = {})
       : DistributedDataParallel(module.ptr(), std::move(group), options) {}
 
-  /// Runs the module's forward, prepared for a synchronised backward.
+  /// Runs the module's forward, prepared for a synchronised backward (on this thread: see the
+  /// top of this file).
   template <typename... Args>
   auto forward(Args&&... args) {
     reducer_.before_forward();
@@ -98,6 +112,7 @@ class DistributedDataParallel {
     reducer_.set_comm_hook(std::move(hook));
   }
 
+  /// The reducer: its buckets (bucket_parameter_names()), and what ddp::Join takes.
   Reducer& reducer() { return reducer_; }
   const ReducerStats& stats() const { return reducer_.stats(); }
 

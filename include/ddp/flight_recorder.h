@@ -24,7 +24,7 @@ struct CollectiveRecord {
   std::string dtype;  // "float32"
   std::vector<int64_t> shape;
   int64_t step = -1;  // the training step when it was issued (FlightRecorder::set_step); -1: none
-  int bucket = -1;    // DDP's gradient bucket; -1: not a gradient bucket
+  int bucket = -1;    // DDP's gradient bucket (CollectiveTag); -1: not a gradient bucket
   int64_t issued_us = 0;     // Unix time in microseconds
   int64_t completed_us = 0;  // when it completed or failed; 0 while in flight
   CollectiveState state = CollectiveState::kIssued;
@@ -79,16 +79,17 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  /// Records a collective about to be issued; returns its seq.
-  int64_t issue(std::string op, std::string dtype, std::vector<int64_t> shape);
+  /// Records a collective about to be issued, as part of DDP gradient bucket `bucket` (-1:
+  /// none); returns its seq. The bucket comes with each call rather than from a "current bucket"
+  /// because collectives of one bucket are issued at different times (PowerSGD's last one at
+  /// the end of backward) and others may come in between.
+  int64_t issue(std::string op, std::string dtype, std::vector<int64_t> shape, int bucket = -1);
   void complete(int64_t seq);
   void fail(int64_t seq, const std::string& error);
 
-  /// The training step the collectives issued from now on belong to.
+  /// The training step the collectives issued from now on belong to (the program sets it).
   void set_step(int64_t step);
   int64_t step() const;
-  /// The DDP bucket the collectives issued from now on reduce (-1: none).
-  void set_bucket(int bucket);
 
   /// The kept records, oldest first.
   std::vector<CollectiveRecord> records() const;
@@ -109,7 +110,6 @@ class FlightRecorder {
   /// Where dump() writes; with `on_sigterm` the record is also written when the process gets
   /// SIGTERM, which then ends it as SIGTERM would have.
   void dump_to(std::string dir, bool on_sigterm);
-  const std::string& dump_dir() const { return dump_dir_; }
 
  private:
   CollectiveRecord* find(int64_t seq);  // under mutex_; null when no longer kept
@@ -121,7 +121,6 @@ class FlightRecorder {
   std::vector<CollectiveRecord> ring_;  // ring_[(seq - 1) % capacity_]
   int64_t issued_ = 0;
   int64_t step_ = -1;
-  int bucket_ = -1;
   std::function<void(const CollectiveRecord&)> listener_;
   std::string dump_dir_;
 };

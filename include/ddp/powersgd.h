@@ -51,17 +51,18 @@ class PowerSGDHook : public CommHook {
   std::unique_ptr<PendingReduction> start(GradBucket& bucket, ProcessGroup& group) override;
   std::string name() const override;
 
-  /// Backward passes seen so far (counted at each last bucket).
-  int64_t iteration() const { return iteration_; }
   /// The error-feedback residual of bucket `index` (undefined before compression starts).
   torch::Tensor error(int index) const;
 
   struct BucketState;
 
  private:
+  /// Bucket `bucket`'s state, new when the bucket is new or was rebuilt.
+  std::shared_ptr<BucketState> state_of(const GradBucket& bucket);
+
   PowerSGDOptions options_;
   std::vector<std::shared_ptr<BucketState>> buckets_;  // by bucket index
-  int64_t iteration_ = 0;
+  int64_t iteration_ = 0;  // backward passes seen so far (counted at each last bucket)
 };
 
 /// Gram-Schmidt on the columns of `matrix` (n x r, in place), as PyTorch's _orthogonalize.

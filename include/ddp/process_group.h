@@ -63,6 +63,13 @@ struct ProcessGroupOptions {
   TORCH_ARG(int, flight_records) = 2000;
 };
 
+/// What a collective is part of, written into its flight record (flight_recorder.h): how the
+/// error messages, the hang analysis and --trace place it.
+struct CollectiveTag {
+  /// The DDP gradient bucket it reduces (GradBucket::index); -1: not a gradient bucket.
+  int bucket = -1;
+};
+
 /// Handle on one asynchronous collective.
 class Work {
  public:
@@ -77,7 +84,8 @@ class Work {
   /// Blocks until done; throws DistributedError naming the collective and rank on failure.
   void wait();
   /// Runs `finish` on the waiting thread once the collective is done (before wait() returns).
-  Work&& then(std::function<void()> finish) &&;
+  /// Returns the Work by value: `auto&& w = group.allreduce(t).then(f);` keeps it alive.
+  Work then(std::function<void()> finish) &&;
 
  private:
   /// Records the failure, writes the flight record, throws `error`.
@@ -120,8 +128,8 @@ class ProcessGroup {
   torch::Device device() const { return device_; }
 
   /// Starts an in-place sum over all ranks of a dense tensor (float, double, half, bfloat16,
-  /// integers).
-  Work allreduce(torch::Tensor& tensor);
+  /// integers). A communication hook passes its bucket's tag.
+  Work allreduce(torch::Tensor& tensor, CollectiveTag tag = {});
   /// Starts an in-place max over all ranks.
   Work allreduce_max(torch::Tensor& tensor);
   /// Starts copying rank `root`'s `tensor` into every rank's `tensor`.
@@ -152,7 +160,7 @@ class ProcessGroup {
   bool needs_device_copy(const torch::Tensor& tensor) const;
   /// Records a collective about to be issued (after checking, with debug_collectives, that
   /// every rank issues the same); returns its seq.
-  int64_t begin(const std::string& op, const torch::Tensor& tensor);
+  int64_t begin(const std::string& op, const torch::Tensor& tensor, CollectiveTag tag = {});
   /// Throws DistributedError when the ranks' `signature`s of collective `seq` differ.
   void check_same_collective(int64_t seq, const std::string& signature);
   /// `work` (collective `seq`) as this rank's Work: errors name the rank and `what`, waits poll

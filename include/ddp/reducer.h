@@ -51,7 +51,13 @@ struct ReducerStats {
   int64_t bytes_communicated_per_iteration = 0;
 };
 
+namespace detail {
+struct ReducerInternals;  // src/reducer_internal.h: what ddp::Join needs of a Reducer
+}  // namespace detail
+
 /// Buckets, hooks and the end-of-backward finalisation for one module on one process group.
+/// DistributedDataParallel drives it (ddp.h, which also states the threading contract); what is
+/// public here is what a user calls: the communication hook, and what the reducer did.
 class Reducer {
  public:
   /// Checks that every rank's module has the same parameters (count, names, shapes: the error
@@ -63,45 +69,29 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  /// Called before the module's forward: reports an unfinished previous reduction (a parameter
-  /// that got no gradient), rebuilds buckets once, broadcasts buffers, arms the hooks.
-  void before_forward();
-  /// Called with the forward's outputs: with find_unused_parameters, finds the parameters the
-  /// outputs do not depend on.
-  void after_forward(const std::vector<torch::Tensor>& outputs);
-
-  /// Whether the next backward communicates (false inside no_sync()).
-  void set_sync(bool sync) { sync_ = sync; }
-  bool sync() const { return sync_; }
-
-  /// Replaces the communication hook (default AllReduceHook).
+  /// Replaces the communication hook (default AllReduceHook); before the first backward.
   void set_comm_hook(std::unique_ptr<CommHook> hook);
-
-  // Uneven inputs (used by ddp::Join, join.h).
-  /// In join mode every forward that communicates first tells the joined ranks so (one small
-  /// all-reduce: "still training", "this step synchronises gradients").
-  void set_join_mode(bool on) { join_mode_ = on; }
-  bool join_mode() const { return join_mode_; }
-  /// A joined rank's part in one step of the others: the bucket rebuild and buffer broadcast of
-  /// their forward and, when `sync_gradients`, every bucket's reduction with zero gradients
-  /// (through the communication hook, in bucket order). Afterwards .grad holds the gradients
-  /// averaged over all ranks, with zeros from this one.
-  void shadow_step(bool sync_gradients);
-  /// Copies rank `root`'s parameters and buffers to every rank (a collective).
-  void broadcast_module_states(int root);
 
   const ReducerStats& stats() const;
   /// The parameter names of each bucket, in bucket order (bucket 0 is reduced first).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
-  /// The process group this reducer communicates on.
-  ProcessGroup& group() const;
-
-  struct Impl;
 
  private:
+  template <typename ModuleType>
+  friend class DistributedDataParallel;
+  friend class NoSyncGuard;
+  friend struct detail::ReducerInternals;
+
+  /// Before the module's forward: reports an unfinished previous reduction (a parameter that
+  /// got no gradient), rebuilds buckets once, broadcasts buffers, arms the hooks.
+  void before_forward();
+  /// With the forward's outputs: with find_unused_parameters, finds the parameters the outputs
+  /// do not depend on.
+  void after_forward(const std::vector<torch::Tensor>& outputs);
+
+  struct Impl;
   std::shared_ptr<Impl> impl_;  // hooks hold a weak_ptr, so a hook outliving us does nothing
-  bool sync_ = true;
-  bool join_mode_ = false;
+  bool sync_ = true;            // false inside no_sync(): backward does not communicate
 };
 
 }  // namespace ddp

@@ -1,7 +1,6 @@
 #include "ddp/data/loader.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "ddp/error.h"
 
@@ -56,7 +55,6 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t sk
   ready_.clear();
   finished_ = false;
   error_ = nullptr;
-  wait_seconds_ = 0;
   producer_ = std::thread([this, skip_batches] { produce(skip_batches); });
 }
 
@@ -105,10 +103,8 @@ void Loader::produce(int64_t first_batch) {
 }
 
 std::optional<Batch> Loader::next() {
-  const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return !ready_.empty() || finished_; });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!ready_.empty()) {
     Batch batch = std::move(ready_.front());
     ready_.pop_front();

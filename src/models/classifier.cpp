@@ -25,10 +25,4 @@ std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t
   throw InvalidArgument(concat("unknown model '", name, "'; use net or resnet"));
 }
 
-double classifier_forward_flops(const std::string& name, int64_t channels, int64_t side,
-                                int64_t num_classes) {
-  return name == "resnet" ? resnet_forward_flops(channels, side, num_classes)
-                          : net_forward_flops(channels, side, num_classes);
-}
-
 }  // namespace ddp::models

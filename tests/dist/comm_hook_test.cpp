@@ -173,6 +173,27 @@ TEST(CommHook, SpecsParseAndBadOnesNameTheChoices) {
   }
 }
 
+TEST(CommHook, AProgramsOwnHookIsMadeByItsNameWithItsArguments) {
+  struct Echo : CommHook {
+    explicit Echo(std::string arguments) : arguments(std::move(arguments)) {}
+    std::unique_ptr<PendingReduction> start(GradBucket& bucket, ProcessGroup& group) override {
+      return AllReduceHook().start(bucket, group);
+    }
+    std::string name() const override { return "echo(" + arguments + ")"; }
+    std::string arguments;
+  };
+  register_comm_hook_factory("echo",
+                             [](const std::string& a) { return std::make_unique<Echo>(a); });
+  EXPECT_EQ(make_comm_hook("echo:1:2")->name(), "echo(1:2)");
+  EXPECT_EQ(make_comm_hook("echo")->name(), "echo()");
+  EXPECT_EQ(comm_hook_names().back(), "echo");
+  register_comm_hook_factory("echo",
+                             [](const std::string&) { return std::make_unique<Echo>("x"); });
+  EXPECT_EQ(make_comm_hook("echo:1")->name(), "echo(x)");  // replaced, not added
+  EXPECT_EQ(comm_hook_names().size(), 5u);
+  EXPECT_THROW(register_comm_hook_factory("a:b", {}), InvalidArgument);
+}
+
 TEST(CommHook, DdpWithFp16TrainsCloseToPlainAndReportsHalfTheBytes) {
   const int world = 2, steps = 6;
   std::vector<torch::Tensor> x, y;

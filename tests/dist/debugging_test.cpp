@@ -9,6 +9,7 @@
 
 #include "ddp/ddp.h"
 #include "ddp/error.h"
+#include "ddp/powersgd.h"
 #include "ddp/process_group.h"
 #include "support/process.h"
 
@@ -38,6 +39,25 @@ TEST(FlightRecorder, RecordsEveryCollectiveWithItsStepAndBucket) {
     EXPECT_EQ(last.dtype, "int64");
     for (const auto& r : records) EXPECT_EQ(r.state, CollectiveState::kCompleted) << r.name();
     EXPECT_EQ(rank, group->recorder().identity().rank);
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+}
+
+TEST(FlightRecorder, EveryCollectiveOfACommHookIsRecordedWithItsBucket) {
+  const auto errors = test::run_ranks(2, [](int, std::shared_ptr<ProcessGroup> group) {
+    torch::manual_seed(0);
+    auto model = torch::nn::Linear(32, 16);  // a weight worth compressing, a bias that is not
+    DistributedDataParallel<torch::nn::LinearImpl> ddp(model, group);
+    ddp.register_comm_hook(std::make_unique<PowerSGDHook>(PowerSGDOptions().start_iter(0)));
+    const int64_t before = group->recorder().issued();
+    ddp.forward(torch::ones({3, 32})).sum().backward();
+    // P and the bias as the bucket fills; Q, which needs the summed P, at the end of backward.
+    ASSERT_EQ(group->recorder().issued(), before + 3);
+    const auto records = group->recorder().records();
+    for (int64_t k = 0; k < 3; ++k) {
+      const CollectiveRecord& r = records[records.size() - 3 + size_t(k)];
+      EXPECT_EQ(r.name(), concat("all-reduce #", before + 1 + k, " (bucket 0)"));
+    }
   });
   EXPECT_EQ(errors, std::vector<std::string>(2, ""));
 }

@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -39,6 +42,30 @@ TEST(ProcessGroup, CollectivesGiveTheRightValues) {
     group->barrier();
   });
   EXPECT_EQ(errors, std::vector<std::string>(3, ""));
+}
+
+// then() returns the Work itself, not a reference to the temporary it was called on: bound to
+// auto&&, it lives as long as the reference and wait() runs the continuations in order.
+static_assert(std::is_same_v<decltype(std::declval<Work>().then(std::function<void()>())), Work>);
+
+TEST(ProcessGroup, AContinuationBoundByReferenceRunsOnWaitWithTheReducedValue) {
+  const auto errors = test::run_ranks(2, [](int rank, std::shared_ptr<ProcessGroup> group) {
+    torch::Tensor t = torch::full({4}, float(rank + 1));
+    std::vector<float> seen;
+    auto&& w = group->allreduce(t).then([&] { seen.push_back(t[0].item<float>()); });
+    EXPECT_TRUE(seen.empty());  // continuations run in wait(), on the waiting thread
+    w.wait();
+    EXPECT_EQ(seen, std::vector<float>{3.0f});
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 3.0f)));
+
+    auto&& chained =
+        group->allreduce(t).then([&] { seen.push_back(t[0].item<float>()); }).then([&] {
+          seen.push_back(-t[1].item<float>());
+        });
+    chained.wait();
+    EXPECT_EQ(seen, (std::vector<float>{3.0f, 6.0f, -6.0f}));
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
 }
 
 TEST(ProcessGroup, ManyConcurrentAsynchronousAllReducesAllComplete) {

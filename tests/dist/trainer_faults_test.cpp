@@ -128,7 +128,7 @@ TEST_F(TrainerTest, UnwritableOutputsFailBeforeStartUpNamingThePath) {
     const auto r = test::run(args, {}, 120s);
     EXPECT_NE(r.exit_code, 0) << flags[0];
     EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find("world size"), std::string::npos)  // open_session's first line
+    EXPECT_EQ(r.output.find("world size"), std::string::npos)  // set_up_training's first line
         << flags[0] << " failed only after start-up:\n"
         << r.output;
   }

@@ -39,9 +39,7 @@ RankRecord rank_record(int rank, int world_size, int completed, int waiting,
 TEST(FlightRecorder, KeepsTheLastCollectivesAndCountsThemAll) {
   FlightRecorder recorder(identity(0, 2), 3);
   recorder.set_step(4);
-  recorder.set_bucket(1);
-  for (int i = 0; i < 5; ++i) recorder.complete(recorder.issue("all-reduce", "float32", {2, 5}));
-  recorder.set_bucket(-1);
+  for (int i = 0; i < 5; ++i) recorder.complete(recorder.issue("all-reduce", "float32", {2, 5}, 1));
   recorder.fail(recorder.issue("broadcast(root 0)", "int64", {3}), "peer gone");
   const auto records = recorder.records();
   ASSERT_EQ(records.size(), 3u);

@@ -61,8 +61,6 @@ class Loader {
 
   /// Number of batches the current epoch has in all.
   int64_t num_batches() const;
-  /// Seconds next() spent blocked since start_epoch.
-  double wait_seconds() const { return wait_seconds_; }
 
   /// Makes one batch directly (no thread): used by the producer and by tests.
   Batch make_batch(const std::vector<int64_t>& indices, int64_t epoch, int64_t batch_index) const;
@@ -83,7 +81,6 @@ class Loader {
   bool stopping_ = false;
   bool finished_ = false;
   std::exception_ptr error_;
-  double wait_seconds_ = 0;
 };
 
 }  // namespace ddp::data

@@ -18,8 +18,4 @@ class ClassifierImpl : public torch::nn::Module {
 std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t channels,
                                                 int64_t side, int64_t num_classes);
 
-/// Forward FLOPs of one image (multiply-adds counted as 2); backward is ~2x this.
-double classifier_forward_flops(const std::string& name, int64_t channels, int64_t side,
-                                int64_t num_classes);
-
 }  // namespace ddp::models

@@ -20,7 +20,7 @@
 
 namespace ddp::train {
 
-struct Session {
+struct TrainingSetup {
   WorldInfo world;
   torch::Device device = torch::kCPU;
   Precision precision = Precision::kFp32;
@@ -36,7 +36,7 @@ struct Session {
 
 /// Sets this process up as `options` and the launcher's environment say. Throws ddp::Error
 /// naming the flag, the file or the rank for anything that cannot be used.
-Session open_session(const TrainOptions& options, const WorldInfo& world);
+TrainingSetup set_up_training(const TrainOptions& options, const WorldInfo& world);
 
 /// Intra-op threads for this worker: --threads, else OMP_NUM_THREADS, else cores / local workers;
 /// `reason` says which.

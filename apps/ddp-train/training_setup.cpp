@@ -1,4 +1,4 @@
-#include "session.h"
+#include "training_setup.h"
 
 #include <algorithm>
 #include <chrono>
@@ -57,7 +57,7 @@ std::string backend_for(BackendKind backend, torch::Device device) {
   return device.is_cuda() && ProcessGroup::has_backend("nccl") ? "nccl" : "gloo";
 }
 
-std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const Session& s) {
+std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSetup& s) {
   ProcessGroupOptions pg;
   pg.backend(s.backend);
   // NCCL exchanges tensors on this rank's GPU; Gloo takes CPU (and, in CUDA builds, GPU) ones.
@@ -73,7 +73,7 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const Session& s
 }
 
 // Rank 0 downloads while the others wait, then everyone maps the same files.
-void open_data(const TrainOptions& o, Session& s) {
+void open_data(const TrainOptions& o, TrainingSetup& s) {
   s.kind = o.dataset;
   const std::string dir = data_dir_of(o);
   if (o.download) {
@@ -104,7 +104,7 @@ void open_data(const TrainOptions& o, Session& s) {
 }
 
 // Batch statistics over all ranks' batches, as one process on the whole batch would have.
-void synchronise_batch_norm(const TrainOptions& o, Session& s) {
+void synchronise_batch_norm(const TrainOptions& o, TrainingSetup& s) {
   const int synced = convert_sync_batchnorm(*s.model, s.group);
   if (synced > 0 && o.no_pad) {
     throw InvalidArgument(concat(
@@ -121,7 +121,7 @@ void synchronise_batch_norm(const TrainOptions& o, Session& s) {
 
 // The model, seeded before it is built, as the reference program does; on the device before DDP,
 // which broadcasts rank 0's weights there.
-void build_model(const TrainOptions& o, Session& s) {
+void build_model(const TrainOptions& o, TrainingSetup& s) {
   const data::ImageShape shape = s.train_set->shape();
   torch::manual_seed(o.seed);
   s.model = with_flag_hint("--model, --dataset", [&] {
@@ -192,14 +192,14 @@ std::string data_dir_of(const TrainOptions& o) {
   return o.data_dir.empty() ? default_data_dir(o.dataset) : o.data_dir;
 }
 
-Session open_session(const TrainOptions& o, const WorldInfo& world) {
+TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   // Before any large tensor: each step's activations then reuse the last step's memory.
   const AllocatorPolicy allocator = retain_freed_memory();
   const TensorCachePolicy tensor_cache = cache_cpu_tensors(world.local_world_size);
   std::string thread_reason;
   const int threads = choose_threads(o, world, thread_reason);
   at::set_num_threads(threads);
-  Session s;
+  TrainingSetup s;
   s.world = world;
   s.device = training_device(o.device, world);
   s.precision = o.precision;
