@@ -1,4 +1,3 @@
-#include "ddp/environment.h"
 #include "ddp/launch.h"
 
 #include <netinet/in.h>
@@ -12,6 +11,7 @@
 #include <optional>
 
 #include "ddp/atomic_file.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
 #include "ddp/hang_analysis.h"

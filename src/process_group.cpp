@@ -1,5 +1,4 @@
 #include "ddp/process_group.h"
-#include "ddp/environment.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -15,8 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <gloo/common/error.h>
-
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "process_group_backends.h"
 #include "torch_compat.h"
@@ -28,27 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
-
-// The local address the kernel would use to reach `host` (connecting a UDP socket sends nothing).
-std::string route_address_to(const std::string& host, int port) {
-  sockaddr_in target{};
-  target.sin_family = AF_INET;
-  target.sin_port = htons(uint16_t(port));
-  if (inet_pton(AF_INET, host.c_str(), &target.sin_addr) != 1) return "";
-  const UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return "";
-  std::string result;
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&target), sizeof target) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof local;
-    char buf[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf)) {
-      result = buf;
-    }
-  }
-  return result;
-}
 
 // Rank 0's store socket, bound to the master address only (not every interface), for LibTorch
 // versions whose TCPStore takes it (compat::kTcpStoreTakesListenFd); -1 on the others, whose
@@ -135,10 +112,6 @@ ProcessGroupOptions with_debug_environment(ProcessGroupOptions o) {
 
 }  // namespace
 
-bool is_loopback_address(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 void parse_tcp_url(const std::string& url, std::string& host, int& port) {
   const std::string scheme = "tcp://";
   const size_t colon = url.rfind(':');
@@ -183,12 +156,11 @@ void Work::wait() {
     failed(PeerFailure(concat("rank ", rank_, ": ", what_,
                               " failed: ", first_line(e.what_without_backtrace()),
                               " (a peer rank exited, or stopped answering within the timeout)")));
-  } catch (const gloo::IoException& e) {
-    // Gloo's own error, rethrown as it is when the failure surfaces in the collective itself
-    // (a c10::Error when c10d notices first): the connection to a peer broke.
-    failed(PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
-                              " (a peer rank exited or its connection broke)")));
   } catch (const std::exception& e) {
+    if (backends::is_broken_connection(e)) {
+      failed(PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
+                                " (a peer rank exited or its connection broke)")));
+    }
     failed(
         DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()))));
   }
@@ -289,12 +261,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
                                   seconds(options.rendezvous_timeout()), " s: ", msg,
                                   "; check that rank 0 is running and the address is right"));
   }
-  ProcessGroupOptions resolved = options;
-  if (resolved.bind_address().empty() && !is_loopback_address(master_host) &&
-      std::getenv(env::kGlooSocketIfname) == nullptr) {
-    resolved.bind_address(route_address_to(master_host, world.master_port));
-  }
-  return init_with_store(store, rank, size, resolved);
+  return init_with_store(store, rank, size,
+                         backends::with_bind_address(options, master_host, world.master_port));
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c10d::Store> store,
@@ -358,11 +326,11 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor, CollectiveTag tag) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this, tag](torch::Tensor& t) { return allreduce(t, tag); });
   }
-  if (tensor.scalar_type() == torch::kBFloat16 && backend_ == "gloo" &&
-      !compat::kGlooReducesBFloat16) {
-    // Gather every rank's bfloat16 bits (seen as half: Gloo 1.13 moves neither bfloat16 nor
-    // int16; a gather only copies the bytes) and
-    // sum locally in float; for two ranks the same bytes on the wire as a ring all-reduce.
+  if (tensor.scalar_type() == torch::kBFloat16 && !backends::reduces_bfloat16(backend_)) {
+    // Gather every rank's bfloat16 bits (seen as half: a backend that cannot reduce bfloat16
+    // may not move it either, as Gloo 1.13 moves neither bfloat16 nor int16, and a gather only
+    // copies the bytes) and sum locally in float; for two ranks the same bytes on the wire as a
+    // ring all-reduce.
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < size_; ++r) outputs[0].push_back(torch::empty_like(tensor));
     std::vector<at::Tensor> bits{tensor.contiguous().view(torch::kHalf)};

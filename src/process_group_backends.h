@@ -3,6 +3,7 @@
 // Internal to libddp.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,7 +27,8 @@ using Connected = c10::intrusive_ptr<compat::CollectiveBackend>;
 
 struct BackendEntry {
   const char* name;
-  bool compiled;  // in this LibTorch
+  bool compiled;          // in this LibTorch
+  bool reduces_bfloat16;  // else ProcessGroup all-gathers bfloat16 and sums it in float
   Connected (*connect)(const ConnectArgs&);
 };
 
@@ -35,6 +37,16 @@ struct BackendEntry {
 Connected connect_gloo(const ConnectArgs& args);
 Connected connect_nccl(const ConnectArgs& args);
 Connected connect_mpi(const ConnectArgs& args);
+
+/// `options` with the address Gloo binds to (the others ignore it): as given, else none where
+/// GLOO_SOCKET_IFNAME names an interface or the master is this machine, else the local address
+/// the kernel routes to the master by, so that a multi-homed node is reachable by its peers.
+ProcessGroupOptions with_bind_address(ProcessGroupOptions options, const std::string& master_host,
+                                      int master_port);
+
+/// Whether `error`, thrown by a collective's wait, is a backend's word for a broken connection
+/// to a peer (Gloo's IoException) rather than a failure of the collective itself.
+bool is_broken_connection(const std::exception& error);
 
 #if defined(USE_C10D_NCCL)
 constexpr bool kNcclCompiled = true;
@@ -49,10 +61,19 @@ constexpr bool kMpiCompiled = false;
 
 /// Every backend, gloo first.
 inline const std::vector<BackendEntry>& all() {
-  static const std::vector<BackendEntry> entries = {{"gloo", true, connect_gloo},
-                                                    {"nccl", kNcclCompiled, connect_nccl},
-                                                    {"mpi", kMpiCompiled, connect_mpi}};
+  static const std::vector<BackendEntry> entries = {
+      {"gloo", true, compat::kGlooReducesBFloat16, connect_gloo},
+      {"nccl", kNcclCompiled, true, connect_nccl},
+      {"mpi", kMpiCompiled, true, connect_mpi}};
   return entries;
+}
+
+/// Whether the backend called `name` reduces bfloat16 itself.
+inline bool reduces_bfloat16(const std::string& name) {
+  for (const BackendEntry& entry : all()) {
+    if (entry.name == name) return entry.reduces_bfloat16;
+  }
+  return true;
 }
 
 }  // namespace ddp::backends

@@ -1,5 +1,7 @@
-// The one place that knows how LibTorch versions differ (1.13.1 on Debian 12, 2.x elsewhere).
-// Everything else includes c10d and autograd internals through here.
+// What differs between the LibTorch versions built here in the APIs the library calls: c10d's
+// backends and stores, autograd's hooks, autocast, optimizer state, the allocator (Debian 12's
+// 1.13.1; PyPI's 2.11 and 2.14.1). The c10d and autograd internals those differ in are
+// included through here.
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -55,7 +57,8 @@ constexpr bool kGlooReducesBFloat16 = false;
 #endif
 
 #if defined(USE_C10D_NCCL)
-// Only compiled where LibTorch has CUDA (not on Debian 12); not built or run by this project's CI.
+// Compiled where LibTorch has c10d's NCCL backend (PyPI's CUDA wheels; not Debian 12's 1.13), as
+// in CI; run by scripts/gpu-check.sh on a GPU machine.
 inline c10::intrusive_ptr<CollectiveBackend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store,
                                                        int rank, int size,
                                                        std::chrono::milliseconds timeout) {
@@ -132,7 +135,7 @@ inline void queue_end_of_backward(std::function<void()> fn) {
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(fn));
 }
 
-// An owning pointer to an autograd node: std::shared_ptr in 1.13 and 2.6, c10::intrusive_ptr
+// An owning pointer to an autograd node: std::shared_ptr in 1.13 (and 2.6), c10::intrusive_ptr
 // in 2.14.
 using NodePtr =
     decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
@@ -206,8 +209,7 @@ Key optimizer_state_key(const torch::Tensor& param) {
 }
 
 // c10::Allocator changed in 2.3: allocate() lost its const, and copy_data() became pure virtual.
-// An allocator derives from this and implements allocate_bytes(). (1.13 and 2.6 are the
-// versions built here.)
+// An allocator derives from this and implements allocate_bytes().
 struct CpuAllocatorBase : c10::Allocator {
   virtual c10::DataPtr allocate_bytes(size_t n) const = 0;
 #if DDP_TORCH_AT_LEAST(2, 3)

@@ -1,10 +1,10 @@
 #include "ddp/world.h"
-#include "ddp/environment.h"
 
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
 
 extern char** environ;

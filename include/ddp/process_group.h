@@ -183,9 +183,6 @@ class ProcessGroup {
   bool debug_collectives_ = false;
 };
 
-/// True for 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback_address(const std::string& host);
-
 /// Parses "tcp://host:port" into its parts; throws InvalidArgument naming the flag otherwise.
 void parse_tcp_url(const std::string& url, std::string& host, int& port);
 
