@@ -59,18 +59,8 @@ if(DDP_TORCH_ALL_H)
 endif()
 message(STATUS "ddp: C++${CMAKE_CXX_STANDARD}")
 
-# Workaround, PyPI's torch wheels (CUDA builds, 2.11 and 2.14.1 at least): libtorch_cuda.so finds
-# NCCL, cuDNN and the CUDA runtime in the nvidia-* wheels beside torch (through its own RPATH),
-# but the linker looks for them in the CUDA toolkit's folders and finds an older NCCL there
-# (undefined ncclCommGrow and others). Whatever links libddp (DDP_TORCH_LINK_OPTIONS, on the
-# library's interface, for installed copies too) has the linker, and at run time the program,
-# look in the wheels first.
-file(GLOB DDP_WHEEL_CUDA_LIBRARY_DIRS LIST_DIRECTORIES true "${TORCH_INSTALL_PREFIX}/../nvidia/*/lib")
-set(DDP_TORCH_LINK_OPTIONS "")
-if(DDP_WHEEL_CUDA_LIBRARY_DIRS)
-  list(JOIN DDP_WHEEL_CUDA_LIBRARY_DIRS ":" _ddp_wheel_dirs)
-  set(DDP_TORCH_LINK_OPTIONS "LINKER:-rpath-link,${_ddp_wheel_dirs}" "LINKER:-rpath,${_ddp_wheel_dirs}")
-endif()
+# Whatever links libddp (DDP_TORCH_LINK_OPTIONS) finds the wheels' NCCL first (WheelCudaToolkit).
+ddp_wheel_link_options("${TORCH_INSTALL_PREFIX}" DDP_TORCH_LINK_OPTIONS)
 
 # Workaround, PyPI's torch wheels (2.11 and 2.14.1 at least): c10d's ProcessGroupGloo.hpp
 # includes Gloo's headers, which the wheel does not ship. Gloo's headers from elsewhere (Debian's

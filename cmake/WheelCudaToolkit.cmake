@@ -3,10 +3,26 @@
 # that links LibTorch, even one with no CUDA code, and most machines have none. NVIDIA ships the
 # toolkit's parts as wheels (cuda-toolkit[nvcc,cccl] at the version torch requires, which
 # scripts/setup.sh installs beside torch), laid out as site-packages/nvidia/cu13/{bin,include,
-# lib,nvvm} with versioned library names only (libcudart.so.13), where FindCUDA looks for
+# lib,nvvm} (CUDA 13's layout; CUDA 12's wheels had one folder per part, which this does not
+# handle) with versioned library names only (libcudart.so.13), where FindCUDA looks for
 # lib64/libcudart.so. ddp_wheel_cuda_toolkit() makes a toolkit-shaped folder of links to those
 # files and points CMake's CUDA at it. Installed with the package, so a program that
 # find_package(ddp)s does the same.
+
+# ddp_wheel_link_options(TORCH_INSTALL_PREFIX OUT_VAR): OUT_VAR = the linker options that make
+# whatever links LibTorch, and the program at run time, look for NCCL, cuDNN and the CUDA runtime
+# in the nvidia-* wheels beside torch first. Workaround, PyPI's torch wheels (CUDA builds, 2.11
+# and 2.14.1 at least): libtorch_cuda.so finds them there through its own RPATH, but the linker
+# looks in a CUDA toolkit's folders and finds an older NCCL there (undefined ncclCommGrow).
+function(ddp_wheel_link_options torch_install_prefix out_var)
+  file(GLOB dirs LIST_DIRECTORIES true "${torch_install_prefix}/../nvidia/*/lib")
+  set(options "")
+  if(dirs)
+    list(JOIN dirs ":" joined)
+    set(options "LINKER:-rpath-link,${joined}" "LINKER:-rpath,${joined}")
+  endif()
+  set(${out_var} "${options}" PARENT_SCOPE)
+endfunction()
 
 # ddp_wheel_cuda_toolkit(TORCH_CMAKE_DIR OUT_DIR): where the folder holding TorchConfig.cmake
 # (TORCH_CMAKE_DIR) is a wheel's (site-packages/torch/share/cmake/Torch) and the nvcc wheel is

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "ddp/checkpoint.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 
 namespace {
@@ -37,7 +38,7 @@ Target& target() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   torch::manual_seed(0);  // the same seeds on every run, for scripts/fuzz.sh's fixed -seed
-  if (const char* dir = std::getenv("DDP_FUZZ_SEED_DIR")) {
+  if (const char* dir = std::getenv(ddp::env::kFuzzSeedDir)) {
     Target& t = target();
     t.model->forward(torch::ones({1, 3})).sum().backward();
     t.optimizer.step();  // so that the checkpoint holds momentum buffers

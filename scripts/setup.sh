@@ -93,9 +93,14 @@ if [[ $libtorch == wheel ]]; then
   # without /usr/local/cuda builds too, with the CUDA and NCCL code paths compiled
   # (cmake/WheelCudaToolkit.cmake points CMake at them).
   cuda_toolkit=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("cuda-toolkit"))' 2>/dev/null || true)
+  torch_cuda=$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")')
   if [[ -n $cuda_toolkit ]]; then
     echo "setup: NVIDIA's nvcc and CUDA headers into .venv (cuda-toolkit[nvcc,cccl]==$cuda_toolkit, torch's CUDA)"
     .venv/bin/python -m pip install -q --disable-pip-version-check "cuda-toolkit[nvcc,cccl]==$cuda_toolkit"
+  elif [[ -n $torch_cuda ]]; then
+    echo "setup: warning: torch is built for CUDA $torch_cuda but does not depend on NVIDIA's" \
+      "cuda-toolkit wheels (CUDA 13's), so configuring needs a CUDA $torch_cuda toolkit on this" \
+      "machine (nvcc in /usr/local/cuda, or -DCMAKE_CUDA_COMPILER=...)" >&2
   fi
 else
   torch_dir=""

@@ -1,7 +1,7 @@
 // What differs between the LibTorch versions built here in the APIs the library calls: c10d's
 // backends and stores, autograd's hooks, autocast, optimizer state, the allocator (Debian 12's
-// 1.13.1; PyPI's 2.11 and 2.14.1). The c10d and autograd internals those differ in are
-// included through here.
+// 1.13.1, Debian 13's 2.6; PyPI's 2.11 and 2.14.1). The c10d and autograd internals those differ
+// in are included through here.
 #pragma once
 
 #include <ATen/autocast_mode.h>

@@ -106,7 +106,9 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     w.rank = get_int(env, env::kOmpiRank, 0, 0, INT_MAX);
     w.local_rank = get_int(env, env::kOmpiLocalRank, 0, 0, INT_MAX);
     w.local_world_size = get_int(env, env::kOmpiLocalSize, w.world_size, 1, 1 << 20);
-    w.group_rank = get_int(env, env::kOmpiNodeRank, 0, 0, INT_MAX);
+    // The node's index as mpirun's default mapping (by slot) places ranks: node by node.
+    // (OMPI_COMM_WORLD_NODE_RANK is not it: it numbers processes within a node.)
+    w.group_rank = w.rank / w.local_world_size;
     read_master(env, w);
   } else {
     read_master(env, w);

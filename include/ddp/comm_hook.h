@@ -45,8 +45,8 @@ class CommHook {
  public:
   virtual ~CommHook() = default;
   /// Starts reducing `bucket` (called on the backward thread; must not block on the network).
-  /// Collectives for the bucket take CollectiveTag{bucket.index}, so that its flight record and
-  /// --trace name the bucket.
+  /// Collectives for the bucket take CollectiveTag{bucket.index}, so that its flight record (and
+  /// a timeline drawn from it) names the bucket.
   virtual std::unique_ptr<PendingReduction> start(GradBucket& bucket, ProcessGroup& group) = 0;
   /// The hook's name, for logs ("allreduce").
   virtual std::string name() const = 0;

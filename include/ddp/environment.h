@@ -45,7 +45,6 @@ inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";  ///< rank
 inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";  ///< world size
 inline constexpr char kOmpiLocalRank[] = "OMPI_COMM_WORLD_LOCAL_RANK";  ///< local rank
 inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";  ///< local world size
-inline constexpr char kOmpiNodeRank[] = "OMPI_COMM_WORLD_NODE_RANK";    ///< node index
 
 // --- Set by ddp.cpp's launcher (launch.h) for its workers.
 
@@ -54,8 +53,6 @@ inline constexpr char kCpuBind[] = "DDP_CPU_BIND";
 /// "1" or "0": whether the launcher's own stdout is a terminal (the worker's is a pipe to it), so
 /// that a worker knows whether a progress line that rewrites itself will be seen as one.
 inline constexpr char kStdoutTty[] = "DDP_STDOUT_TTY";
-/// The folder under which the launcher makes its rendezvous folder (as for mkdtemp; else /tmp).
-inline constexpr char kTmpDir[] = "TMPDIR";
 
 // --- Debugging (process_group.h, flight_recorder.h), set by the user or the launcher.
 
@@ -68,6 +65,9 @@ inline constexpr char kFlightRecords[] = "DDP_FLIGHT_RECORDS";
 
 // --- Tuning, set by the user.
 
+/// The folder under which the launcher makes its rendezvous folder (as for mkdtemp; else /tmp).
+inline constexpr char kTmpDir[] = "TMPDIR";
+
 /// "0" turns the CPU tensor cache (allocator.h) off; "1", the default, leaves it on.
 inline constexpr char kCpuTensorCache[] = "DDP_CPU_TENSOR_CACHE";
 /// glibc's malloc tuning: if any of the three is set, retain_freed_memory() leaves malloc alone.
@@ -76,7 +76,7 @@ inline constexpr char kMallocMmapThreshold[] = "MALLOC_MMAP_THRESHOLD_";
 inline constexpr char kMallocTrimThreshold[] = "MALLOC_TRIM_THRESHOLD_";
 /// The network interface Gloo binds to (e.g. "eth0"); else the route to the store's host decides.
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
-/// Intra-op threads per worker where the program is not told (ddp-train: --threads).
+/// Intra-op threads per worker where the program is not told otherwise.
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 /// OpenBLAS's kernel set (e.g. "Haswell"); bench-ceiling raises it to "SkylakeX" where the CPU
 /// has AVX-512 and the machine asked for less, to measure the real ceiling.
@@ -84,10 +84,12 @@ inline constexpr char kOpenblasCoretype[] = "OPENBLAS_CORETYPE";
 /// The GPUs a process may see (CUDA's own variable; named in messages about missing GPUs).
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 
-// --- ddp-train's.
+// --- The programs' and the tests' own.
 
-/// Fault injection for reliability tests: KIND@STEP[:RANK] (crash, hang, exit) or
-/// slow@STEP:RANK:MS; see apps/ddp-train/fault.h.
+/// ddp-train's fault injection for reliability tests: KIND@STEP[:RANK] (nan, throw, hang, exit)
+/// or slow@STEP:RANK:MS; see apps/ddp-train/fault.h.
 inline constexpr char kFault[] = "DDP_FAULT";
+/// Where the checkpoint fuzzer (fuzz/checkpoint_fuzz.cpp) first writes its seed inputs.
+inline constexpr char kFuzzSeedDir[] = "DDP_FUZZ_SEED_DIR";
 
 }  // namespace ddp::env

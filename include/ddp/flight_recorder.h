@@ -99,8 +99,8 @@ class FlightRecorder {
   bool keeps_records() const { return capacity_ > 0; }
   const RecorderIdentity& identity() const { return identity_; }
 
-  /// Called with each collective as it completes or fails, on the thread that saw it (--trace
-  /// draws the all-reduces from it). Set before the collectives start.
+  /// Called with each collective as it completes or fails, on the thread that saw it (a program
+  /// can draw a timeline of its all-reduces from it). Set before the collectives start.
   void on_finished(std::function<void(const CollectiveRecord&)> listener);
 
   /// Writes this rank's record to `dir` (when dump_to() gave one), atomically, saying `reason`.

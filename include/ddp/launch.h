@@ -50,9 +50,9 @@ struct LaunchOptions {
 };
 
 /// The exit status of a worker that failed only because another rank did (a collective lost its
-/// peer or timed out: a PeerFailure; ddp-train exits with it). When a worker ends with it, the
-/// launcher waits up to a second for a worker of its node that failed otherwise and names that
-/// one as the cause, as torchrun names the first failure. 75 is sysexits' EX_TEMPFAIL.
+/// peer or timed out: a PeerFailure; a program should exit with it then). When a worker ends with
+/// it, the launcher waits up to a second for a worker of its node that failed otherwise and names
+/// that one as the cause, as torchrun names the first failure. 75 is sysexits' EX_TEMPFAIL.
 constexpr int kExitPeerFailure = 75;
 
 /// Runs the workers to completion; returns the launcher's exit code: 0 when every worker

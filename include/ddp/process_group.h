@@ -64,7 +64,7 @@ struct ProcessGroupOptions {
 };
 
 /// What a collective is part of, written into its flight record (flight_recorder.h): how the
-/// error messages, the hang analysis and --trace place it.
+/// error messages, the hang analysis and a timeline place it.
 struct CollectiveTag {
   /// The DDP gradient bucket it reduces (GradBucket::index); -1: not a gradient bucket.
   int bucket = -1;

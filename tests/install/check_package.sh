@@ -5,7 +5,8 @@
 #     data component's libraries, and the program must load neither libcurl, libarchive, OpenSSL
 #     nor protobuf;
 #  2. with the components (find_package(ddp COMPONENTS data models)).
-# Each program then runs under the installed ddprun on 2 ranks. CI runs this after the suite.
+# Each program then runs under the installed ddprun on 2 ranks. scripts/test.sh runs this after
+# the suite.
 # usage: tests/install/check_package.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,6 +17,10 @@ fail() { echo "check_package: $*" >&2; exit 1; }
 say() { echo "check_package: $*"; }
 
 cmake --install "$build" --prefix "$prefix/usr" >/dev/null
+# Nothing installed may depend on the build folder, which a user deletes.
+build_path=$(realpath "$build")
+leaked=$(grep -rlF "$build_path/" "$prefix/usr" || true)
+[[ -z $leaked ]] || fail "installed files name the build folder $build_path: $leaked"
 for library in ddp ddp_data ddp_models; do
   soname=$(readelf -d "$prefix/usr/lib/lib$library.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
   [[ $soname == lib$library.so.* ]] || fail "lib$library.so has no versioned SONAME ('$soname')"
@@ -26,7 +31,7 @@ done
 cmake -S examples -B "$prefix/core" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DDDP_EXAMPLES_CORE_ONLY=ON >/dev/null
 cmake --build "$prefix/core" >/dev/null
-looked_for=$(grep -E '^(CURL|LibArchive|OpenSSL|ZLIB|Protobuf|dnnl)_[A-Za-z_]*:' "$prefix/core/CMakeCache.txt" || true)
+looked_for=$(grep -Ei '^(curl|libarchive|openssl|zlib|protobuf|dnnl)_[a-z_]*:' "$prefix/core/CMakeCache.txt" || true)
 [[ -z $looked_for ]] || fail "the core-only consumer's configure looked for: $looked_for"
 loaded=$(ldd "$prefix/core/minimal" | grep -E 'libcurl|libarchive|libssl|libcrypto|libprotobuf' || true)
 [[ -z $loaded ]] || fail "the core-only consumer loads: $loaded"

@@ -4,7 +4,8 @@
 - no function there over 80 lines, but a declarative table (a comment on the line before the
   function says "declarative table");
 - an environment variable's name as a string literal only in include/ddp/environment.h, which
-  names each once (src/, apps/, examples/, bench/, include/).
+  names each once (src/, apps/, examples/, bench/, include/, fuzz/): neither a name it lists
+  nor any literal given to getenv, setenv, unsetenv or putenv.
 Functions are found as clang-format lays them out: a definition's body opens at the end of a
 line and closes with a "}" alone at the indentation that line started with.
 usage: check_shape.py SOURCE_DIR"""
@@ -43,18 +44,21 @@ def main(root):
     env_header = root / "include/ddp/environment.h"
     names = re.findall(r'inline constexpr char k\w+\[\] = "([^"]+)";', env_header.read_text())
     literal = re.compile(r'"(%s)=?[^"\w]*"' % "|".join(map(re.escape, names)))
-    for folder in ["src", "apps", "examples", "bench", "include"]:
+    env_call = re.compile(r'\b(getenv|setenv|unsetenv|putenv)\s*\(\s*"([^"]*)"')
+    for folder in ["src", "apps", "examples", "bench", "include", "fuzz"]:
         for path in sorted((root / folder).rglob("*")):
             if path.suffix not in {".cpp", ".h"} or path == env_header:
                 continue
             lines = path.read_text().split("\n")
             rel = path.relative_to(root)
             for number, line in enumerate(lines, 1):
-                code = line.split("//")[0]
-                for match in literal.finditer(code):
-                    problems.append(f"{rel}:{number}: the environment variable {match.group(1)} as a "
-                                    "literal: name it through include/ddp/environment.h")
-            if folder in {"bench", "include"}:
+                code = re.sub(r"^\s*//.*|\s//.*$", "", line)  # comments, not "tcp://"
+                found = [m.group(1) for m in literal.finditer(code)]
+                found += [m.group(2) for m in env_call.finditer(code)]
+                for name in found:
+                    problems.append(f"{rel}:{number}: the environment variable {name} as a "
+                                    "literal: name it once in include/ddp/environment.h")
+            if folder in {"bench", "include", "fuzz"}:
                 continue
             if len(lines) - 1 > MAX_FILE_LINES:
                 problems.append(f"{rel}: {len(lines) - 1} lines, over {MAX_FILE_LINES}: split it by concept")

@@ -68,6 +68,7 @@ TEST(WorldInfo, OpenMpi) {
   EXPECT_EQ(w.source, "openmpi");
   EXPECT_EQ(w.rank, 2);
   EXPECT_EQ(w.world_size, 3);
+  EXPECT_EQ(w.group_rank, 2);  // one rank per node, placed node by node
 }
 
 TEST(WorldInfo, TorchrunWinsOverSlurm) {

@@ -1,4 +1,4 @@
-// What ddp-train trains: any image classifier, (N, C, H, W) images to (N, classes) logits.
+// An image classifier, (N, C, H, W) images to (N, classes) logits, and the models by name.
 #pragma once
 
 #include <memory>
@@ -13,7 +13,7 @@ class ClassifierImpl : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor images) = 0;
 };
 
-/// The model --model names ("net" or "resnet") for `channels` x `side` x `side` images; throws
+/// The model called `name` ("net" or "resnet") for `channels` x `side` x `side` images; throws
 /// InvalidArgument for another name or an image size the model cannot take.
 std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t channels,
                                                 int64_t side, int64_t num_classes);

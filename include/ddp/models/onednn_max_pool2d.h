@@ -2,7 +2,7 @@
 // oneDNN's pooling primitives, which read and write the blocked layout as it is. LibTorch's
 // channels-last max-pool on a view of the same tensor computes the same values, more slowly:
 // about half the speed on Net's conv1 output with LibTorch 1.13 (AMD Zen 5), and 3.5% of
-// ddp-train's images/s with 2.14 (Intel Xeon, 5 turns). It is the fallback without oneDNN 2.x
+// the trainer's images/s with 2.14 (Intel Xeon, 5 turns). It is the fallback without oneDNN 2.x
 // and for other dtypes: bf16 too, where oneDNN 2.6's pooling cost 3% of the images/s.
 #pragma once
 
