@@ -129,6 +129,7 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
 
 struct ProcessGroup::Backend {
   c10::intrusive_ptr<compat::CollectiveBackend> group;  // gloo, nccl or mpi
+  bool reduces_bfloat16 = true;                         // its BackendEntry's
 };
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
@@ -286,6 +287,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
                                world_size, options,
                                [&] { group->check_rendezvous(options.rendezvous_timeout()); }};
     group->backend_impl_->group = entry.connect(args);
+    group->backend_impl_->reduces_bfloat16 = entry.reduces_bfloat16;
     group->start_recorder(options);
     return group;
   }
@@ -326,7 +328,7 @@ Work ProcessGroup::allreduce(torch::Tensor& tensor, CollectiveTag tag) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this, tag](torch::Tensor& t) { return allreduce(t, tag); });
   }
-  if (tensor.scalar_type() == torch::kBFloat16 && !backends::reduces_bfloat16(backend_)) {
+  if (tensor.scalar_type() == torch::kBFloat16 && !backend_impl_->reduces_bfloat16) {
     // Gather every rank's bfloat16 bits (seen as half: a backend that cannot reduce bfloat16
     // may not move it either, as Gloo 1.13 moves neither bfloat16 nor int16, and a gather only
     // copies the bytes) and sum locally in float; for two ranks the same bytes on the wire as a

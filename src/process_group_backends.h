@@ -68,12 +68,4 @@ inline const std::vector<BackendEntry>& all() {
   return entries;
 }
 
-/// Whether the backend called `name` reduces bfloat16 itself.
-inline bool reduces_bfloat16(const std::string& name) {
-  for (const BackendEntry& entry : all()) {
-    if (entry.name == name) return entry.reduces_bfloat16;
-  }
-  return true;
-}
-
 }  // namespace ddp::backends
