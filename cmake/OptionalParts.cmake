@@ -40,6 +40,23 @@ if(NOT DDP_WANT_GZIP STREQUAL "OFF")
 endif()
 ddp_decide_part(GZIP "${ZLIB_FOUND}" "zlib was not found (Debian: zlib1g-dev)")
 
+# JPEG and PNG decoding (ddp/data/image.h) through pkg-config, the way Debian ships both.
+ddp_optional_part(JPEG "JPEG decoding through libjpeg-turbo's TurboJPEG")
+ddp_optional_part(PNG "PNG decoding through libspng")
+if(NOT DDP_WANT_JPEG STREQUAL "OFF" OR NOT DDP_WANT_PNG STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+endif()
+if(PkgConfig_FOUND AND NOT DDP_WANT_JPEG STREQUAL "OFF")
+  pkg_check_modules(TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
+endif()
+ddp_decide_part(JPEG "${TURBOJPEG_FOUND}"
+                "libturbojpeg was not found through pkg-config (Debian: pkg-config, libturbojpeg0-dev)")
+if(PkgConfig_FOUND AND NOT DDP_WANT_PNG STREQUAL "OFF")
+  pkg_check_modules(SPNG QUIET IMPORTED_TARGET spng)
+endif()
+ddp_decide_part(PNG "${SPNG_FOUND}"
+                "libspng was not found through pkg-config (Debian: pkg-config, libspng-dev)")
+
 ddp_optional_part(DOWNLOAD "ddp-train --download: libcurl, libarchive and OpenSSL's MD5")
 if(NOT DDP_WANT_DOWNLOAD STREQUAL "OFF")
   find_package(CURL QUIET)

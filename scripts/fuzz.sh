@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each for a bounded time: the
-# data set readers (CIFAR-10, IDX) and the checkpoint loader (our checkpoints and exports,
-# Python's torch.save; LibTorch itself is linked, not instrumented).
+# data set readers (CIFAR-10, IDX), the image decoders (JPEG, PNG: where the build has
+# TurboJPEG or libspng) and the checkpoint loader (our checkpoints and exports, Python's
+# torch.save; LibTorch and the decoders' libraries are linked, not instrumented).
 # usage: scripts/fuzz.sh [SECONDS per target (30)] [OUTPUT DIR (build/fuzz)] [SEED (1)]
 #                       [BUILD ENV (build/fuzz-build.env: LibTorch's paths, written by CMake)]
 # The test suite runs a fixed SEED, so that a CI run explores the same inputs each time and a
@@ -34,6 +35,18 @@ cp -n fuzz/checkpoint-corpus/* "$out/checkpoint-corpus/" 2>/dev/null || true  # 
 "$fuzz_cxx" "${flags[@]}" fuzz/dataset_fuzz.cpp src/data/cifar10.cpp src/data/idx.cpp \
   src/data/mapped_file.cpp src/data/dataset.cpp src/atomic_file.cpp -lz -o "$out/dataset_fuzz"
 "$out/dataset_fuzz" "${run[@]}" -max_len=200000 "$out/corpus"
+
+# The image decoders, with a pixel limit that keeps any input under ~64 MB (image_fuzz.cpp), which
+# -malloc_limit_mb holds them to.
+if [[ -n ${fuzz_image_libs[*]:-} ]]; then
+  mkdir -p "$out/image-corpus"
+  cp -n fuzz/image-corpus/* "$out/image-corpus/" 2>/dev/null || true
+  "$fuzz_cxx" "${flags[@]}" fuzz/image_fuzz.cpp src/data/image_decode.cpp src/data/jpeg_decode.cpp \
+    src/data/png_decode.cpp "${fuzz_image_libs[@]}" -o "$out/image_fuzz"
+  "$out/image_fuzz" "${run[@]}" -malloc_limit_mb=128 -max_len=100000 "$out/image-corpus"
+else
+  echo "fuzz: no image decoder target: this build has neither TurboJPEG nor libspng"
+fi
 
 # The checkpoint target writes its own seeds (a real checkpoint and an export); Python adds a
 # torch.save'd state dict, the other format the loader reads.

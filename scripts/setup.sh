@@ -38,6 +38,8 @@ packages=(
   libgtest-dev googletest             # tests
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev   # IDX gzip, --download, MD5
   libtomlplusplus-dev                 # ddp-train --config run.toml
+  libturbojpeg0-dev libspng-dev       # JPEG and PNG decoding (ddp/data/image.h)
+  libjpeg-turbo-progs                 # tjbench: the decode benchmark's reference
   nlohmann-json3-dev                  # flight records (--debug-dir), --trace
   libprotobuf-dev protobuf-compiler   # ddp-train --tensorboard (event files)
   libplplot-dev plplot-driver-cairo   # ddp-train plot (PNG through cairo, SVG)
@@ -75,7 +77,7 @@ fi
 # Every optional part (cmake/OptionalParts.cmake) is asked for: a package missing from the list
 # above fails the configure step, naming it. oneDNN's layers need oneDNN 2.x (Debian 12's).
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
-for part in GZIP DOWNLOAD TOML TENSORBOARD PLOT; do cmake_args+=(-DDDP_WITH_$part=ON); done
+for part in GZIP JPEG PNG DOWNLOAD TOML TENSORBOARD PLOT; do cmake_args+=(-DDDP_WITH_$part=ON); done
 if [[ $(dpkg-query -W -f='${Version}' libdnnl-dev) == 2.* ]]; then
   cmake_args+=(-DDDP_WITH_ONEDNN=ON)
 else

@@ -33,6 +33,16 @@ inline constexpr bool kPlot = true;
 #else
 inline constexpr bool kPlot = false;
 #endif
+#if defined(DDP_HAVE_JPEG)
+inline constexpr bool kJpeg = true;
+#else
+inline constexpr bool kJpeg = false;
+#endif
+#if defined(DDP_HAVE_PNG)
+inline constexpr bool kPng = true;
+#else
+inline constexpr bool kPng = false;
+#endif
 #if defined(DDP_HAVE_ONEDNN)
 inline constexpr bool kOnednn = true;
 #else
