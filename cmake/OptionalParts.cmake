@@ -101,6 +101,16 @@ endif()
 ddp_decide_part(PLOT "${PLPLOT_FOUND}"
                 "PLplot was not found through pkg-config (Debian: pkg-config, libplplot-dev, plplot-driver-cairo)")
 
+ddp_optional_part(CAIRO "ddp-train preview: image grids with class names as PNG through cairo")
+if(NOT DDP_WANT_CAIRO STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(CAIRO QUIET IMPORTED_TARGET cairo)
+  endif()
+endif()
+ddp_decide_part(CAIRO "${CAIRO_FOUND}"
+                "cairo was not found through pkg-config (Debian: pkg-config, libcairo2-dev)")
+
 # oneDNN's own API, version 2.x (Debian 12's libdnnl-dev, whose CMake package needs OpenCL's:
 # ocl-icd-opencl-dev), for the Winograd convolutions LibTorch never asks for and the blocked
 # layers (models/onednn_conv2d.h, models/onednn_max_pool2d.h); without it Net runs on LibTorch's

@@ -43,6 +43,7 @@ packages=(
   nlohmann-json3-dev                  # flight records (--debug-dir), --trace
   libprotobuf-dev protobuf-compiler   # ddp-train --tensorboard (event files)
   libplplot-dev plplot-driver-cairo   # ddp-train plot (PNG through cairo, SVG)
+  libcairo2-dev                       # ddp-train preview (image grids as PNG)
   python3                             # the reference implementation's interpreter
   dataset-fashion-mnist               # the real Fashion-MNIST
   iproute2 tar                        # multi-node tests (network namespaces), archives

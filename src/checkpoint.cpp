@@ -353,6 +353,13 @@ void export_state_dict(const std::string& path, const torch::nn::Module& module)
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
+void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& [name, tensor] : tensors) dict.insert(name, for_file(tensor));
+  const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
   const c10::IValue root = load_pickle(path);
   if (root.isGenericDict()) {

@@ -16,11 +16,18 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
         concat("DistributedSampler: rank ", rank, " is outside [0, ", world_size, ")"));
   }
   if (dataset_size < 0) throw InvalidArgument("DistributedSampler: negative data set size");
+  size_shards();
+}
+
+void DistributedSampler::size_shards() {
+  const int64_t dataset_size = dataset_size_;
+  const int world_size = world_size_;
+  const SamplerOptions& options = options_;
   // As PyTorch: drop_last truncates to a multiple of the world size, otherwise pads up to one.
   if (options.drop_last() && dataset_size % world_size != 0) {
     num_samples_ = dataset_size / world_size;  // == ceil((n - world) / world)
   } else if (!options.drop_last() && !options.pad()) {
-    num_samples_ = (dataset_size - rank + world_size - 1) / world_size;  // indices rank, rank+W..
+    num_samples_ = (dataset_size - rank_ + world_size - 1) / world_size;  // indices rank, rank+W..
     total_size_ = dataset_size;
     return;
   } else {
@@ -52,6 +59,44 @@ std::vector<int64_t> DistributedSampler::indices() const {
   mine.reserve(size_t(num_samples_));
   for (int64_t i = rank_; i < total_size_; i += world_size_) mine.push_back(all[size_t(i)]);
   return mine;
+}
+
+void DistributedSampler::reset(std::optional<size_t> new_size) {
+  if (new_size) {
+    dataset_size_ = int64_t(*new_size);
+    size_shards();
+  }
+  if (started_ && !epoch_chosen_) ++epoch_;
+  started_ = true;
+  epoch_chosen_ = false;
+  order_ = indices();
+  position_ = 0;
+}
+
+std::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
+  if (!started_) reset();  // a loader that never reset: the first epoch
+  if (position_ >= order_.size() || batch_size == 0) return std::nullopt;
+  const size_t end = std::min(order_.size(), position_ + batch_size);
+  std::vector<size_t> batch(order_.begin() + std::ptrdiff_t(position_),
+                            order_.begin() + std::ptrdiff_t(end));
+  position_ = end;
+  return batch;
+}
+
+void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("epoch", torch::tensor(epoch_, torch::kInt64), /*is_buffer=*/true);
+  archive.write("position", torch::tensor(int64_t(position_), torch::kInt64), true);
+}
+
+void DistributedSampler::load(torch::serialize::InputArchive& archive) {
+  torch::Tensor epoch = torch::empty({}, torch::kInt64), position = torch::empty({}, torch::kInt64);
+  archive.read("epoch", epoch, /*is_buffer=*/true);
+  archive.read("position", position, true);
+  epoch_ = epoch.item<int64_t>();
+  started_ = true;
+  epoch_chosen_ = false;
+  order_ = indices();
+  position_ = size_t(std::clamp<int64_t>(position.item<int64_t>(), 0, int64_t(order_.size())));
 }
 
 }  // namespace ddp

@@ -9,7 +9,7 @@ namespace {
 
 // This rank's slice of the test set.
 std::vector<int64_t> slice(const TrainingSetup& s) {
-  const int64_t n = int64_t(s.test_set->size());
+  const int64_t n = int64_t(s.data.test->size());
   const int64_t begin = n * s.world.rank / s.world.world_size;
   const int64_t end = n * (s.world.rank + 1) / s.world.world_size;
   std::vector<int64_t> indices;
@@ -17,11 +17,9 @@ std::vector<int64_t> slice(const TrainingSetup& s) {
   return indices;
 }
 
-// Test images are read without augmentation, in large batches.
+// Test images come through the evaluation pipeline (s.data.test), in large batches.
 data::LoaderOptions test_loader_options(const TrainingSetup& s) {
   data::LoaderOptions options = s.loader_options;
-  options.transforms().crop_padding(0);
-  options.transforms().horizontal_flip(false);
   options.batch_size(std::max<int64_t>(s.loader_options.batch_size(), 256));
   return options;
 }
@@ -29,11 +27,11 @@ data::LoaderOptions test_loader_options(const TrainingSetup& s) {
 }  // namespace
 
 Evaluation evaluate(const TrainingSetup& s) {
-  data::Loader loader(*s.test_set, test_loader_options(s));
+  data::Loader loader(s.data.test, test_loader_options(s));
   loader.start_epoch(slice(s), 0);
   torch::NoGradGuard no_grad;
   s.model->eval();
-  const int64_t classes = s.test_set->num_classes();
+  const int64_t classes = s.data.num_classes;
   // loss sum, correct, count, then correct and count per class
   std::vector<double> sums(size_t(3 + 2 * classes), 0.0);
   torch::Tensor class_correct = torch::zeros({classes}, torch::kFloat64),

@@ -22,6 +22,7 @@
 #include "options.h"
 #include "plot.h"
 #include "plot_trace.h"
+#include "preview.h"
 #include "trainer.h"
 
 namespace {
@@ -149,6 +150,8 @@ int main(int argc, char** argv) {
       return ddp::train::run_plot_trace({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "plot")
       return ddp::train::run_plot({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "preview")
+      return ddp::train::run_preview({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "evaluate") {
       bool help = false;
       const auto options = ddp::train::parse_train_options({args.begin() + 1, args.end()}, help);

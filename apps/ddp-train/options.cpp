@@ -18,7 +18,12 @@ using cli::switch_flag;
 using cli::text_flag;
 
 const Names<Preset> kPresets = {{Preset::kReference, "reference"}, {Preset::kFast, "fast"}};
-const Names<ModelKind> kModels = {{ModelKind::kNet, "net"}, {ModelKind::kResnet, "resnet"}};
+const Names<ModelKind> kModels = {{ModelKind::kNet, "net"},
+                                  {ModelKind::kResnet, "resnet"},
+                                  {ModelKind::kResnet18, "resnet18"},
+                                  {ModelKind::kResnet50, "resnet50"}};
+const Names<data::OnBadSample> kOnBadSample = {{data::OnBadSample::kStop, "stop"},
+                                               {data::OnBadSample::kSkip, "skip"}};
 const Names<OptimizerKind> kOptimizers = {{OptimizerKind::kSgd, "sgd"},
                                           {OptimizerKind::kAdam, "adam"}};
 const Names<LrSchedule> kSchedules = {{LrSchedule::kConstant, "constant"},
@@ -45,7 +50,9 @@ DeviceChoice parse_device(const std::string& v) {
 
 // The data set's names, spellings such as cifar-10 included, are the library's.
 cli::Flag<O> dataset_flag() {
-  return {"--dataset", "NAME", "cifar10 (default), fashion-mnist or mnist",
+  return {"--dataset", "NAME",
+          "cifar10 (default), fashion-mnist, mnist, or imagefolder: your own images, "
+          "DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg as ImageNet's (JPEG, PNG)",
           [](O& o, const std::string& v) { o.dataset = data::parse_dataset_kind(v, "--dataset"); },
           [](const O& o) { return std::string(data::dataset_kind_name(o.dataset)); }};
 }
@@ -119,7 +126,7 @@ const cli::FlagTable<O>& table() {
           text_flag<O>("--data-dir", "DIR",
                        "where the data set is (default: data for CIFAR-10 — the directory "
                        "cifar-10-batches-bin or its parent; /usr/share/datasets/fashion-mnist for "
-                       "Fashion-MNIST; data/mnist for MNIST)",
+                       "Fashion-MNIST; data/mnist for MNIST; imagefolder needs it)",
                        &O::data_dir),
           switch_flag<O>("--download",
                          "fetch CIFAR-10 into --data-dir first if it is not there (MD5-checked)",
@@ -132,16 +139,34 @@ const cli::FlagTable<O>& table() {
                        &O::download_md5),
           switch_flag<O>("--normalize", "normalise each channel by the data set's mean and std",
                          &O::normalize),
-          switch_flag<O>("--random-crop", "random crop with zero padding 4 (seeded, per batch)",
+          switch_flag<O>("--random-crop",
+                         "random crop with zero padding 4 (seeded, per batch; the in-memory sets: "
+                         "imagefolder always takes RandomResizedCrop)",
                          &O::random_crop),
           switch_flag<O>("--hflip", "random horizontal flip (seeded, per batch)",
                          &O::horizontal_flip),
           switch_flag<O>("--channels-last",
                          "keep images and conv weights in NHWC memory (faster with oneDNN)",
                          &O::channels_last),
+          int_flag<O>("--image-size", "N",
+                      "imagefolder: training takes RandomResizedCrop(N) + --hflip, evaluation "
+                      "Resize(N*256/224) + CenterCrop(N), as torchvision's ImageNet example "
+                      "(default 224)",
+                      &O::image_size, 32, 4096),
+          int_flag<O>("--loader-threads", "N",
+                      "threads per rank that read, decode and transform samples (default 0: one "
+                      "for the in-memory sets; for imagefolder one per rank on the CPU, and the "
+                      "rank's cores less one on a GPU)",
+                      &O::loader_threads, 0, 1024),
+          choice_flag<O>("--on-bad-sample", "WHAT",
+                         "a file that cannot be read or decoded: stop (default) names it and "
+                         "stops the run; skip warns once per file, counts it (bad_samples in "
+                         "--metrics) and takes a deterministic other sample in its place",
+                         &O::on_bad_sample, "policy", kOnBadSample),
           choice_flag<O>("--model", "NAME",
                          "net: the reference CNN (default); resnet: a small residual network with "
-                         "BatchNorm (SyncBatchNorm across ranks when distributed)",
+                         "BatchNorm (SyncBatchNorm across ranks when distributed); resnet18, "
+                         "resnet50: torchvision's, with its state-dict names",
                          &O::model, "model", kModels),
           config_flag(),
           choice_flag<O>(
@@ -161,6 +186,10 @@ const cli::FlagTable<O>& table() {
                          "shards; ranks with one batch fewer join (shadow the others' "
                          "all-reduces) instead of hanging them",
                          &O::no_pad),
+          switch_flag<O>("--local-batchnorm",
+                         "batch norm takes each rank's own batch statistics, as PyTorch DDP does "
+                         "for a model not converted to SyncBatchNorm (default: over all ranks)",
+                         &O::local_batchnorm),
           switch_flag<O>("--zero",
                          "shard the optimizer state over the ranks (ZeRO stage 1): each keeps "
                          "~1/W of it, same weights",
@@ -326,6 +355,17 @@ void check_combinations(const TrainOptions& options) {
   if (!options.download_md5.empty() && options.download_url.empty()) {
     throw InvalidArgument("--download-md5 only applies together with --download-url");
   }
+  const bool folder = options.dataset == data::DatasetKind::kImageFolder;
+  if (folder && options.random_crop) {
+    throw InvalidArgument(
+        "--random-crop pads and crops the in-memory sets; --dataset imagefolder always takes "
+        "torchvision's RandomResizedCrop (leave out --random-crop)");
+  }
+  if (folder && options.data_dir.empty()) {
+    throw InvalidArgument(
+        "--dataset imagefolder needs --data-dir DIR, with DIR/train/<class>/* and "
+        "DIR/val/<class>/* (ImageNet's layout)");
+  }
 }
 
 }  // namespace
@@ -394,6 +434,8 @@ std::string train_help() {
          "       ddp-train plot METRICS.jsonl -o curves.png|svg   loss and accuracy against "
          "epochs\n"
          "       ddp-train plot-trace TRACE.json -o timeline.png   the last steps of a --trace\n"
+         "       ddp-train preview --dataset ... -o grid.png   the first batch as the model sees "
+         "it\n"
          "       ddp-train analyze DIR             why a job run with --debug-dir DIR hung\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process. Every flag can also be a key of a --config\n"

@@ -9,12 +9,13 @@
 
 #include "ddp/cpu_binding.h"
 #include "ddp/data/dataset.h"
+#include "ddp/data/loader.h"
 #include "ddp/precision.h"
 
 namespace ddp::train {
 
 enum class Preset { kReference, kFast };
-enum class ModelKind { kNet, kResnet };
+enum class ModelKind { kNet, kResnet, kResnet18, kResnet50 };
 enum class OptimizerKind { kSgd, kAdam };
 enum class LrSchedule { kConstant, kCosine };  // cosine: per step, to 0 at the end
 enum class OnNan { kStop, kSkip };             // a non-finite loss or gradient: stop, or skip it
@@ -38,6 +39,9 @@ struct TrainOptions {
   bool random_crop = false;
   bool horizontal_flip = false;
   bool channels_last = false;
+  int image_size = 224;    // imagefolder: the side of the images the model takes
+  int loader_threads = 0;  // 0: a default that leaves the compute its CPUs
+  data::OnBadSample on_bad_sample = data::OnBadSample::kStop;
   // Model and optimiser.
   std::string config;  // --config: a TOML file of flags (the command line overrides)
   Preset preset = Preset::kReference;  // defaults that the flags then override
@@ -74,6 +78,7 @@ struct TrainOptions {
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
   bool no_pad = false;                  // sampler without padding; ranks join when out of data
+  bool local_batchnorm = false;         // batch norm statistics per rank (no SyncBatchNorm)
   bool zero = false;                    // shard the optimizer state over the ranks (ZeRO stage 1)
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train

@@ -42,21 +42,6 @@ uint64_t weights_fingerprint(torch::nn::Module& model) {
   return h;
 }
 
-// The label names of the built-in data sets, for the per-class accuracy.
-std::vector<std::string> class_names(data::DatasetKind kind) {
-  switch (kind) {
-    case data::DatasetKind::kCifar10:
-      return {"airplane", "automobile", "bird",  "cat",  "deer",
-              "dog",      "frog",       "horse", "ship", "truck"};
-    case data::DatasetKind::kFashionMnist:
-      return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-              "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-    case data::DatasetKind::kMnist:
-      break;
-  }
-  return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
-}
-
 JsonRecord epoch_record(const EpochReport& e, bool evaluated) {
   const EpochResult& r = e.result;
   const CpuTensorCacheStats tensor_cache = cpu_tensor_cache_stats();
@@ -73,6 +58,7 @@ JsonRecord epoch_record(const EpochReport& e, bool evaluated) {
       .add("optimizer_seconds", e.times.optimizer)
       .add("comm_bytes_per_step", e.comm_bytes_per_step)
       .add("skipped_steps", e.skipped_steps)
+      .add("bad_samples", e.bad_samples)
       .add("optimizer_state_mb", e.optimizer_state_mb)
       .add("peak_rss_mb", peak_rss_mb())
       .add("tensor_cache_mb", double(tensor_cache.held_bytes) / (1 << 20))
@@ -188,7 +174,7 @@ void Reporter::summary(const std::vector<EpochResult>& results) const {
   if (last.class_accuracy.empty()) return;  // --no-eval
   std::printf("  best test_acc %.2f%% (epoch %d), final %.2f%%\n", 100 * best->test_acc,
               best->epoch, 100 * last.test_acc);
-  const std::vector<std::string> names = class_names(options_.dataset);
+  const std::vector<std::string>& names = class_names_;
   std::printf("  final test accuracy per class:\n");
   for (size_t c = 0; c < last.class_accuracy.size(); ++c) {
     const std::string name = c < names.size() ? names[c] : std::to_string(c);

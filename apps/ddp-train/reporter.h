@@ -44,6 +44,7 @@ struct EpochReport {
   StepTimes times;           // rank 0's
   int64_t comm_bytes_per_step = 0;
   int64_t skipped_steps = 0;
+  int64_t bad_samples = 0;        // samples replaced under --on-bad-sample skip, over all ranks
   double optimizer_state_mb = 0;  // rank 0's
   StragglerReport stragglers;
 };
@@ -55,6 +56,8 @@ class Reporter {
   Reporter(const TrainOptions& options, int rank, int world_size);
 
   bool is_root() const { return root_; }
+  /// The names of the labels, for the per-class accuracy.
+  void set_class_names(std::vector<std::string> names) { class_names_ = std::move(names); }
   /// The effective configuration: a stdout line and the first metrics record.
   void start();
   /// A new epoch of `steps` steps on this rank: the progress bar, on a terminal.
@@ -72,6 +75,7 @@ class Reporter {
   TrainOptions options_;
   bool root_;
   int world_size_;
+  std::vector<std::string> class_names_;
   MetricsWriter metrics_;
   std::optional<TensorBoardWriter> tensorboard_;
   std::unique_ptr<ProgressBar> progress_;

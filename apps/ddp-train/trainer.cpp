@@ -211,6 +211,7 @@ EpochReport train_epoch(Training& t, int epoch) {
   const TrainOptions& o = t.options;
   t.sampler.set_epoch(epoch - 1);
   t.loader.start_epoch(t.sampler.indices(), epoch - 1);
+  const int64_t bad_before = t.loader.bad_samples();
   const int64_t steps = steps_of(o, t.loader.num_batches());
   EpochTotals totals;
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));
@@ -231,7 +232,8 @@ EpochReport train_epoch(Training& t, int epoch) {
   // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
   // each other, under --no-sync-baseline they drift apart, and the slowest one is the job's pace.
   const double seconds = max_over_ranks(group, seconds_between(start, Clock::now()));
-  std::vector<double> sums = {totals.loss_sum.item<double>(), double(totals.images)};
+  std::vector<double> sums = {totals.loss_sum.item<double>(), double(totals.images),
+                              double(t.loader.bad_samples() - bad_before)};
   sum_over_ranks(group, sums);
   EpochReport report;
   report.result.epoch = epoch;
@@ -241,6 +243,7 @@ EpochReport train_epoch(Training& t, int epoch) {
   report.train_images = int64_t(sums[1]);
   report.times = totals.times;
   report.skipped_steps = totals.skipped_steps;
+  report.bad_samples = int64_t(sums[2]);
   report.comm_bytes_per_step = t.model.bytes_communicated_per_step();
   report.stragglers = t.stragglers.end_epoch(group);
   return report;
@@ -299,15 +302,16 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   Timeline timeline(o.trace, world.rank);
   const Fault fault = Fault::from_environment();  // a malformed DDP_FAULT fails before start-up
   const TrainingSetup s = set_up_training(o, world);
-  const int64_t epoch_steps = steps_per_epoch(o, int64_t(s.train_set->size()), world.world_size);
+  const int64_t train_size = int64_t(s.data.train->size());
+  const int64_t epoch_steps = steps_per_epoch(o, train_size, world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
   const Position start = restore(o, s, optimizer);
   if (!o.checkpoint_dir.empty() && s.is_root()) make_directories(o.checkpoint_dir);
   TrainedModel model(o, s);
-  DistributedSampler sampler(int64_t(s.train_set->size()), world.world_size, world.rank,
-                             sampler_options(o));
-  data::Loader loader(*s.train_set, s.loader_options);
+  DistributedSampler sampler(train_size, world.world_size, world.rank, sampler_options(o));
+  data::Loader loader(s.data.train, s.loader_options);
   if (s.group) timeline.watch(s.group->recorder());
+  reporter.set_class_names(s.data.class_names);
   reporter.start();
   Training t{o,     s,        model, optimizer, sampler, loader,
              trace, timeline, {},    reporter,  fault,   start.global_step};
@@ -343,23 +347,22 @@ void run_evaluation(const TrainOptions& o, const WorldInfo& world) {
 
 void print_plan(const TrainOptions& o, int world_size) {
   const std::string dir = data_dir_of(o);
-  const auto train_set = data::open_dataset(o.dataset, dir, data::Split::kTrain);
-  const auto test_set = data::open_dataset(o.dataset, dir, data::Split::kTest);
+  const TrainingData data = open_training_data(o, dir);
+  const int64_t train_size = int64_t(data.train->size());
   std::printf("configuration:\n%s", config_text(o).c_str());
-  const DistributedSampler sampler(int64_t(train_set->size()), world_size, 0, sampler_options(o));
-  const int64_t steps = steps_per_epoch(o, int64_t(train_set->size()), world_size);
-  std::printf("plan: %d rank(s); %s\n", world_size, train_set->description().c_str());
+  const DistributedSampler sampler(train_size, world_size, 0, sampler_options(o));
+  const int64_t steps = steps_per_epoch(o, train_size, world_size);
+  std::printf("plan: %d rank(s); %s\n", world_size, data.train_description.c_str());
   std::printf(
       "  %s: %lld training images per epoch (%lld padded in all), %lld steps of %lld, "
       "%lld images per step over all ranks\n",
       o.no_pad ? "rank 0 (--no-pad: later ranks may have one image fewer)" : "each rank",
-      (long long)sampler.num_samples(),
-      (long long)(sampler.total_size() - int64_t(train_set->size())), (long long)steps,
-      (long long)o.batch_size, (long long)(o.batch_size * world_size));
+      (long long)sampler.num_samples(), (long long)(sampler.total_size() - train_size),
+      (long long)steps, (long long)o.batch_size, (long long)(o.batch_size * world_size));
   std::printf(
       "  %d epoch(s), %lld optimizer steps; evaluation: %s\n", o.epochs,
       (long long)(steps * o.epochs),
-      o.no_eval ? "off" : concat(test_set->size(), " test images split over the ranks").c_str());
+      o.no_eval ? "off" : concat(data.test->size(), " test images split over the ranks").c_str());
   if (!o.checkpoint_dir.empty()) {
     std::printf("  checkpoints every %d epoch(s) in %s, keeping %d\n", o.checkpoint_every,
                 o.checkpoint_dir.c_str(), o.keep);

@@ -72,12 +72,11 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSe
                         [&] { return ProcessGroup::init(pg, s.world); });
 }
 
-// Rank 0 downloads while the others wait, then everyone maps the same files.
+// Rank 0 downloads while the others wait, then everyone opens the same files.
 void open_data(const TrainOptions& o, TrainingSetup& s) {
-  s.kind = o.dataset;
   const std::string dir = data_dir_of(o);
   if (o.download) {
-    if (s.kind != data::DatasetKind::kCifar10) {
+    if (o.dataset != data::DatasetKind::kCifar10) {
       throw InvalidArgument("--download is only available for --dataset cifar10");
     }
     if (s.is_root()) {
@@ -88,18 +87,10 @@ void open_data(const TrainOptions& o, TrainingSetup& s) {
     }
     if (s.group) s.group->barrier();
   }
-  with_flag_hint("--data-dir DIR, --download, or a synthetic set from `ddp-train make-data`", [&] {
-    s.train_set = data::open_dataset(s.kind, dir, data::Split::kTrain);
-    s.test_set = data::open_dataset(s.kind, dir, data::Split::kTest);
-  });
-  const data::ImageShape shape = s.train_set->shape();
-  if (shape.height != shape.width) {
-    throw DataError(concat(s.train_set->description(), ": images are ", shape.height, "x",
-                           shape.width, "; the models need square images"));
-  }
+  s.data = open_training_data(o, dir);
   if (s.is_root()) {
-    std::printf("data: %s; %s\n", s.train_set->description().c_str(),
-                s.test_set->description().c_str());
+    std::printf("data: %s; %s\n", s.data.train_description.c_str(),
+                s.data.test_description.c_str());
   }
 }
 
@@ -122,13 +113,13 @@ void synchronise_batch_norm(const TrainOptions& o, TrainingSetup& s) {
 // The model, seeded before it is built, as the reference program does; on the device before DDP,
 // which broadcasts rank 0's weights there.
 void build_model(const TrainOptions& o, TrainingSetup& s) {
-  const data::ImageShape shape = s.train_set->shape();
+  const data::ImageShape shape = s.data.input;
   torch::manual_seed(o.seed);
-  s.model = with_flag_hint("--model, --dataset", [&] {
+  s.model = with_flag_hint("--model, --dataset, --image-size", [&] {
     return models::make_classifier(to_string(o.model), shape.channels, shape.height,
-                                   s.train_set->num_classes());
+                                   s.data.num_classes);
   });
-  if (s.group) synchronise_batch_norm(o, s);
+  if (s.group && !o.local_batchnorm) synchronise_batch_norm(o, s);
   if (o.channels_last) {
     // nn::Module::to() has no memory-format overload in the C++ API: convert the 4-d weights.
     torch::NoGradGuard no_grad;
@@ -137,16 +128,6 @@ void build_model(const TrainOptions& o, TrainingSetup& s) {
     }
   }
   s.model->to(s.device);
-}
-
-data::TransformOptions make_transforms(const TrainOptions& o) {
-  data::TransformOptions t;
-  t.normalize(o.normalize);
-  if (o.normalize) data::default_normalization(o.dataset, t.mean(), t.std());
-  t.crop_padding(o.random_crop ? 4 : 0);
-  t.horizontal_flip(o.horizontal_flip);
-  t.seed(o.seed);
-  return t;
 }
 
 }  // namespace
@@ -173,7 +154,8 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
 namespace {
 
 // Where a data set's files are looked for without --data-dir: ./data for CIFAR-10, data/mnist
-// for MNIST, and where Debian's dataset-fashion-mnist installs Fashion-MNIST.
+// for MNIST, and where Debian's dataset-fashion-mnist installs Fashion-MNIST (an image folder has
+// no default: options.cpp asks for --data-dir).
 std::string default_data_dir(data::DatasetKind kind) {
   switch (kind) {
     case data::DatasetKind::kFashionMnist:
@@ -181,6 +163,7 @@ std::string default_data_dir(data::DatasetKind kind) {
     case data::DatasetKind::kMnist:
       return "data/mnist";
     case data::DatasetKind::kCifar10:
+    case data::DatasetKind::kImageFolder:
       break;
   }
   return "data";
@@ -219,9 +202,15 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   }
   open_data(o, s);
   build_model(o, s);
-  s.loader_options.batch_size(o.batch_size);
-  s.loader_options.channels_last(o.channels_last);
-  s.loader_options.transforms(make_transforms(o));
+  std::string loader_reason;
+  const int loader_threads =
+      choose_loader_threads(o, world.local_world_size, s.device.is_cuda(), loader_reason);
+  s.loader_options = loader_options(o, loader_threads, s.device);
+  if (s.is_root()) {
+    std::printf("loader: %d thread(s) per rank (%s), %d batches ahead%s\n", loader_threads,
+                loader_reason.c_str(), s.loader_options.prefetch(),
+                s.loader_options.pin_memory() ? ", in pinned memory" : "");
+  }
   // A rank that never got this far is named here rather than timing out in a collective later.
   if (s.group) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
   return s;

@@ -17,6 +17,7 @@
 #include "ddp/process_group.h"
 #include "ddp/world.h"
 #include "options.h"
+#include "training_data.h"
 
 namespace ddp::train {
 
@@ -26,10 +27,9 @@ struct TrainingSetup {
   Precision precision = Precision::kFp32;
   std::string backend;                  // the process group's ("none" on one rank)
   std::shared_ptr<ProcessGroup> group;  // null on one rank
-  data::DatasetKind kind = data::DatasetKind::kCifar10;
-  std::unique_ptr<data::Dataset> train_set, test_set;
+  TrainingData data;
   std::shared_ptr<models::ClassifierImpl> model;
-  data::LoaderOptions loader_options;
+  data::LoaderOptions loader_options;  // the training loader's
 
   bool is_root() const { return world.rank == 0; }
 };

@@ -41,6 +41,9 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
 /// Writes the module's state dict (parameters and buffers by name) for Python's torch.load.
 void export_state_dict(const std::string& path, const torch::nn::Module& module);
 
+/// Writes named tensors as a dict that Python's torch.load reads (weights_only included).
+void save_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors);
+
 /// Reads a state dict: one written by export_state_dict, a checkpoint's model part, or
 /// Python's torch.save(module.state_dict(), path).
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);

@@ -3,12 +3,19 @@
 // by randperm with a generator seeded seed + epoch, so call set_epoch() every epoch. With
 // pad = false every image is visited exactly once and the shards differ in length by at most
 // one: train with ddp::Join (join.h) so the ranks with fewer batches do not hang the others.
+//
+// It is also a LibTorch sampler: torch::data::make_data_loader(dataset, sampler, options) hands
+// out this rank's shard in batches. LibTorch's loader owns its copy of the sampler and resets it
+// at every pass (begin()), so each reset moves on to the next epoch by itself, unless
+// set_epoch() chose one since the last reset.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <torch/arg.h>
+#include <torch/data/samplers/base.h>
 
 namespace ddp {
 
@@ -25,14 +32,17 @@ struct SamplerOptions {
 };
 
 /// The indices one rank visits in one epoch.
-class DistributedSampler {
+class DistributedSampler : public torch::data::samplers::Sampler<> {
  public:
   /// `dataset_size` items over `world_size` ranks; this is rank `rank`'s sampler. Throws
   /// InvalidArgument for rank outside [0, world_size) or an empty data set with drop_last.
   DistributedSampler(int64_t dataset_size, int world_size, int rank, SamplerOptions options = {});
 
   /// Chooses the epoch whose order indices() returns (the seed is seed + epoch).
-  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  void set_epoch(int64_t epoch) {
+    epoch_ = epoch;
+    epoch_chosen_ = true;
+  }
   int64_t epoch() const { return epoch_; }
 
   /// This rank's indices for the current epoch, in visiting order.
@@ -44,14 +54,31 @@ class DistributedSampler {
   /// the data set's size without padding).
   int64_t total_size() const { return total_size_; }
 
+  // LibTorch's sampler interface (torch::data::make_data_loader).
+  /// Starts a pass: the next epoch (or the one set_epoch() chose); `new_size` re-sizes the data
+  /// set.
+  void reset(std::optional<size_t> new_size = std::nullopt) override;
+  /// Up to `batch_size` of this rank's next indices; nothing at the end of the epoch.
+  std::optional<std::vector<size_t>> next(size_t batch_size) override;
+  /// The epoch and the position in it, so a loader resumes where it was.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
  private:
+  void size_shards();
+
   int64_t dataset_size_;
   int world_size_;
   int rank_;
   SamplerOptions options_;
   int64_t epoch_ = 0;
-  int64_t num_samples_;
-  int64_t total_size_;
+  int64_t num_samples_ = 0;
+  int64_t total_size_ = 0;
+  // LibTorch's interface: the epoch's order and how far a loader has taken it.
+  bool epoch_chosen_ = false;  // set_epoch() since the last reset()
+  bool started_ = false;       // reset() has run
+  std::vector<int64_t> order_;
+  size_t position_ = 0;
 };
 
 }  // namespace ddp

@@ -12,8 +12,9 @@ DatasetKind parse_dataset_kind(const std::string& name, const std::string& what)
   if (name == "cifar10" || name == "cifar-10") return DatasetKind::kCifar10;
   if (name == "fashion-mnist" || name == "fashion_mnist") return DatasetKind::kFashionMnist;
   if (name == "mnist") return DatasetKind::kMnist;
-  throw InvalidArgument(
-      concat(what, ": unknown data set '", name, "'; use cifar10, fashion-mnist or mnist"));
+  if (name == "imagefolder" || name == "image-folder") return DatasetKind::kImageFolder;
+  throw InvalidArgument(concat(what, ": unknown data set '", name,
+                               "'; use cifar10, fashion-mnist, mnist or imagefolder"));
 }
 
 const char* dataset_kind_name(DatasetKind kind) {
@@ -24,6 +25,8 @@ const char* dataset_kind_name(DatasetKind kind) {
       return "fashion-mnist";
     case DatasetKind::kMnist:
       return "mnist";
+    case DatasetKind::kImageFolder:
+      return "imagefolder";
   }
   return "?";
 }
@@ -36,6 +39,13 @@ std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, 
       return std::make_unique<IdxDataset>(dir, split, "Fashion-MNIST");
     case DatasetKind::kMnist:
       return std::make_unique<IdxDataset>(dir, split, "MNIST");
+    case DatasetKind::kImageFolder:
+      break;
+  }
+  if (kind == DatasetKind::kImageFolder) {
+    throw InvalidArgument(concat("image folder ", dir,
+                                 ": image folders are read file by file (ddp::data::ImageFolder), "
+                                 "not held in memory"));
   }
   throw InvalidArgument("unknown data set kind");
 }

@@ -18,6 +18,11 @@ DatasetSource::DatasetSource(const Dataset& dataset, TransformOptions transforms
   }
 }
 
+DatasetSource::DatasetSource(std::shared_ptr<const Dataset> dataset, TransformOptions transforms)
+    : DatasetSource(*dataset, std::move(transforms)) {
+  owned_ = std::move(dataset);
+}
+
 Example DatasetSource::get(const SampleContext& context) const {
   const ImageShape s = dataset_.shape();
   torch::Tensor image = torch::empty({s.channels, s.height, s.width}, torch::kFloat32);

@@ -31,6 +31,10 @@ void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vect
       mean = {0.1307f};
       std = {0.3081f};
       return;
+    case DatasetKind::kImageFolder:  // ImageNet's, as torchvision's examples use for any folder
+      mean = {0.485f, 0.456f, 0.406f};
+      std = {0.229f, 0.224f, 0.225f};
+      return;
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include "ddp/error.h"
 #include "ddp/sampler.h"
+
+#include <torch/torch.h>
 #include "support/process.h"
 
 namespace ddp {
@@ -92,6 +94,58 @@ TEST(DistributedSampler, RejectsBadRank) {
   EXPECT_THROW(DistributedSampler(10, 2, 2), InvalidArgument);
   EXPECT_THROW(DistributedSampler(10, 0, 0), InvalidArgument);
   EXPECT_THROW(DistributedSampler(10, 2, -1), InvalidArgument);
+}
+
+// LibTorch's own loader with ddp::DistributedSampler: each pass is the next epoch's shard, in
+// the sampler's order, and a saved sampler resumes mid-epoch.
+TEST(DistributedSampler, DrivesLibTorchsDataLoaderEpochByEpoch) {
+  const int64_t n = 23;
+  const torch::Tensor values = torch::arange(n, torch::kFloat32).unsqueeze(1);
+  auto dataset = torch::data::datasets::TensorDataset(values).map(
+      torch::data::transforms::Stack<torch::data::TensorExample>());
+  DistributedSampler reference(n, 3, 1, SamplerOptions().seed(7));
+  auto loader = torch::data::make_data_loader(std::move(dataset),
+                                              DistributedSampler(n, 3, 1, SamplerOptions().seed(7)),
+                                              torch::data::DataLoaderOptions().batch_size(4));
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    reference.set_epoch(epoch);
+    std::vector<int64_t> seen;
+    for (auto& batch : *loader) {
+      EXPECT_LE(batch.data.size(0), 4);
+      for (int64_t i = 0; i < batch.data.size(0); ++i) {
+        seen.push_back(int64_t(batch.data[i][0].item<float>()));
+      }
+    }
+    EXPECT_EQ(seen, reference.indices()) << "epoch " << epoch;
+  }
+}
+
+TEST(DistributedSampler, SetEpochAndSaveLoadThroughTheSamplerInterface) {
+  DistributedSampler sampler(50, 2, 0);
+  sampler.set_epoch(4);
+  sampler.reset();
+  EXPECT_EQ(sampler.epoch(), 4);  // chosen, not advanced
+  const std::vector<int64_t> order = sampler.indices();
+  const auto first = sampler.next(10);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->front(), size_t(order[0]));
+  torch::serialize::OutputArchive out;
+  sampler.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  DistributedSampler resumed(50, 2, 0);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  resumed.load(in);
+  EXPECT_EQ(resumed.epoch(), 4);
+  const auto next = resumed.next(100);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->size(), order.size() - 10);
+  EXPECT_EQ(next->front(), size_t(order[10]));
+  EXPECT_FALSE(resumed.next(1).has_value());
+  sampler.reset();
+  EXPECT_EQ(sampler.epoch(), 5);  // advanced by itself
 }
 
 }  // namespace

@@ -42,17 +42,20 @@ class Dataset {
   virtual std::string description() const = 0;
 };
 
-/// The binary data sets the library reads, by name (torchvision's data sets of the same names).
-enum class DatasetKind { kCifar10, kFashionMnist, kMnist };
+/// The data sets the library reads, by name (torchvision's data sets of the same names): three
+/// binary sets held in memory (open_dataset), and image folders read file by file
+/// (image_folder.h, image_pipeline.h).
+enum class DatasetKind { kCifar10, kFashionMnist, kMnist, kImageFolder };
 
-/// Parses "cifar10", "fashion-mnist" or "mnist" (also "cifar-10", "fashion_mnist"); throws
-/// InvalidArgument starting with `what` otherwise.
+/// Parses "cifar10", "fashion-mnist", "mnist" or "imagefolder" (also "cifar-10",
+/// "fashion_mnist", "image-folder"); throws InvalidArgument starting with `what` otherwise.
 DatasetKind parse_dataset_kind(const std::string& name, const std::string& what = "data set");
 
 /// The canonical name of a kind ("cifar10", ...).
 const char* dataset_kind_name(DatasetKind kind);
 
-/// Opens one split of a data set from `dir`; throws IoError or DataError naming the file.
+/// Opens one split of an in-memory data set from `dir`; throws IoError or DataError naming the
+/// file, and InvalidArgument for kImageFolder, which ImageFolder reads.
 std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, Split split);
 
 }  // namespace ddp::data

@@ -45,10 +45,13 @@ class SampleSource {
 class DatasetSource : public SampleSource {
  public:
   DatasetSource(const Dataset& dataset, TransformOptions transforms);
+  /// The same, owning the data set.
+  DatasetSource(std::shared_ptr<const Dataset> dataset, TransformOptions transforms);
   size_t size() const override { return dataset_.size(); }
   Example get(const SampleContext& context) const override;
 
  private:
+  std::shared_ptr<const Dataset> owned_;
   const Dataset& dataset_;
   TransformOptions transforms_;
 };
