@@ -33,6 +33,11 @@ inline constexpr bool kPlot = true;
 #else
 inline constexpr bool kPlot = false;
 #endif
+#if defined(DDP_HAVE_CAIRO)
+inline constexpr bool kCairo = true;
+#else
+inline constexpr bool kCairo = false;
+#endif
 #if defined(DDP_HAVE_JPEG)
 inline constexpr bool kJpeg = true;
 #else

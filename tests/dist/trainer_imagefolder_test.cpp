@@ -1,0 +1,141 @@
+// ddp-train on an image folder, end to end: two ranks train torchvision's ResNet-18 on JPEGs with
+// the same weights, its export loads into torchvision, torchvision's weights start a run,
+// preview draws the batch, and a bad file stops the run naming it, or is skipped and counted.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/parts.h"
+#include "support/process.h"
+#include "support/trainer_fixture.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ImageFolderTrainerTest : public ::testing::Test {
+ protected:
+  // 4 classes of 12 + 4 ImageNet-like JPEGs (bench/make_imagefolder.py).
+  static void SetUpTestSuite() {
+    data_ = new test::TempDir();
+    const auto r = test::run(
+        {DDP_PYTHON, test::source_dir() + "/bench/make_imagefolder.py", data_->path() + "/images",
+         "--classes", "4", "--train", "12", "--val", "4"},
+        {}, 120s);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete data_; }
+  void SetUp() override {
+    if (!test::parts::kJpeg) GTEST_SKIP() << "built without JPEG decoding";
+  }
+  static std::vector<std::string> train(const std::string& root,
+                                        const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {test::train_bin(), "--dataset",  "imagefolder",
+                                     "--data-dir",      root,         "--model",
+                                     "resnet18",        "--image-size", "32",
+                                     "--batch-size",    "8",          "--epochs",
+                                     "1",               "--normalize", "--hflip"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  static std::string images() { return data_->path() + "/images"; }
+  static inline test::TempDir* data_ = nullptr;
+};
+
+TEST_F(ImageFolderTrainerTest, TwoRanksTrainResNet18AndTorchvisionLoadsTheExport) {
+  test::TempDir dir;
+  const auto r = test::run(
+      train(images(), {"--nproc-per-node", "2", "--loader-threads", "2", "--export",
+                       dir / "r18.pt", "--metrics", dir / "m.jsonl"}),
+      {}, 240s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
+  EXPECT_NE(r.output.find("ImageFolder " + images() + "/train: 48 images of 4 classes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(last_value(dir / "m.jsonl", "bad_samples"), 0);
+  EXPECT_GE(last_value(dir / "m.jsonl", "data_wait_seconds"), 0);
+  const auto check = test::run_python("torchvision_resnet.py",
+                                      {"check", dir / "r18.pt", "18", "4", dir / "logits.pt"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+}
+
+TEST_F(ImageFolderTrainerTest, TorchvisionWeightsStartARun) {
+  test::TempDir dir;
+  const auto save =
+      test::run_python("torchvision_resnet.py", {"save", "2", "18", "4", dir / "tv.pt"});
+  ASSERT_EQ(save.exit_code, 0) << save.output;
+  const auto r = test::run(train(images(), {"--init-from", dir / "tv.pt", "--max-steps", "1"}),
+                           {}, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initial weights from"), std::string::npos) << r.output;
+}
+
+TEST_F(ImageFolderTrainerTest, PreviewDrawsTheBatchAndSavesItForTorchLoad) {
+  test::TempDir dir;
+  if (!test::parts::kCairo) GTEST_SKIP() << "built without cairo";
+  const auto r = test::run({test::train_bin(), "preview", "--dataset", "imagefolder",
+                            "--data-dir", images(), "--image-size", "64", "--batch-size", "6",
+                            "--split", "val", "-o", dir / "grid.png", "--save-tensor",
+                            dir / "batch.pt"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(std::filesystem::file_size(dir / "grid.png"), 1000u);
+  const auto py = test::run(
+      {DDP_PYTHON, "-c",
+       "import sys, torch; d = torch.load(sys.argv[1]); "
+       "assert d['images'].shape == (6, 3, 64, 64), d['images'].shape; "
+       "assert d['labels'].tolist() == [0] * 4 + [1] * 2, d['labels']; "
+       "assert d['indices'].tolist() == list(range(6)); print('ok')",
+       dir / "batch.pt"});
+  EXPECT_EQ(py.exit_code, 0) << py.output;
+  const auto bad = test::run({test::train_bin(), "preview", "--dataset", "imagefolder",
+                              "--data-dir", images(), "-o", dir / "grid.jpg"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("must end in .png"), std::string::npos) << bad.output;
+}
+
+TEST_F(ImageFolderTrainerTest, ABadFileStopsTheRunNamingItOrIsSkippedAndCounted) {
+  test::TempDir dir;
+  std::filesystem::copy(images(), dir / "images", std::filesystem::copy_options::recursive);
+  const std::string bad = dir / "images/train/n00000001/zz_truncated.JPEG";
+  {
+    const std::string good = test::read_file(dir / "images/train/n00000001/" +
+                                             std::filesystem::directory_iterator(
+                                                 dir / "images/train/n00000001")
+                                                 ->path()
+                                                 .filename()
+                                                 .string());
+    std::ofstream(bad, std::ios::binary) << good.substr(0, good.size() / 2);
+  }
+  const auto stop = test::run(train(dir / "images", {"--nproc-per-node", "2"}), {}, 120s);
+  EXPECT_NE(stop.exit_code, 0);
+  EXPECT_NE(stop.output.find("zz_truncated.JPEG"), std::string::npos) << stop.output;
+  const auto skip = test::run(train(dir / "images", {"--nproc-per-node", "2", "--on-bad-sample",
+                                                     "skip", "--metrics", dir / "m.jsonl"}),
+                              {}, 240s);
+  ASSERT_EQ(skip.exit_code, 0) << skip.output;
+  EXPECT_EQ(test::weight_fingerprints(skip.output).size(), 1u) << skip.output;
+  EXPECT_NE(skip.output.find("warning: skipping a bad sample"), std::string::npos);
+  EXPECT_GE(last_value(dir / "m.jsonl", "bad_samples"), 1);
+}
+
+TEST_F(ImageFolderTrainerTest, BadFlagsAndFoldersAreNamed) {
+  test::TempDir dir;
+  auto error_of = [](const std::vector<std::string>& argv) {
+    const auto r = test::run(argv);
+    EXPECT_NE(r.exit_code, 0);
+    return r.output;
+  };
+  EXPECT_NE(error_of({test::train_bin(), "--dataset", "imagefolder"}).find("needs --data-dir"),
+            std::string::npos);
+  EXPECT_NE(error_of(train(images(), {"--random-crop"})).find("RandomResizedCrop"),
+            std::string::npos);
+  EXPECT_NE(error_of(train(dir.path(), {})).find(dir / "train"), std::string::npos);
+  EXPECT_NE(error_of(train(images(), {"--image-size", "8"})).find("--image-size"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddp
