@@ -1,28 +1,58 @@
 #include "ddp/data/loader.h"
 
 #include <algorithm>
+#include <cstdio>
+
+#include <c10/util/ParallelGuard.h>
 
 #include "ddp/error.h"
 
 namespace ddp::data {
 
-Loader::Loader(const Dataset& dataset, LoaderOptions options)
-    : dataset_(dataset), options_(std::move(options)) {
+// A batch being made: its tensors, allocated from the first sample that arrives (which gives the
+// shapes), and how many of its rows are still to come.
+struct Loader::Pending {
+  Batch batch;
+  int64_t remaining = 0;
+  bool allocated = false;
+};
+
+namespace {
+
+// SplitMix64's mixing: the replacement of a bad sample is a function of its coordinates alone.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::string shape_text(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "] " + std::string(c10::toString(t.scalar_type()));
+}
+
+// How many replacements a bad sample gets before the loader gives up: a data set where ten
+// random draws in a row are bad is not worth training on.
+constexpr int kReplacementTries = 10;
+
+}  // namespace
+
+Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options)
+    : source_(std::move(source)), options_(std::move(options)) {
+  if (!source_) throw InvalidArgument("loader: no sample source");
   if (options_.batch_size() < 1) {
     throw InvalidArgument(concat("batch size ", options_.batch_size(), " must be at least 1"));
   }
+  if (options_.threads() < 1) {
+    throw InvalidArgument(concat("loader threads ", options_.threads(), " must be at least 1"));
+  }
   if (options_.prefetch() < 1) options_.prefetch(1);
-  const auto& t = options_.transforms();
-  const size_t channels = size_t(dataset.shape().channels);
-  if (t.normalize() && (t.mean().size() != channels || t.std().size() != channels)) {
-    throw InvalidArgument(concat("normalisation needs ", channels,
-                                 " means and standard deviations, got ", t.mean().size(), " and ",
-                                 t.std().size()));
-  }
-  for (float s : t.std()) {
-    if (!(s > 0)) throw InvalidArgument("normalisation standard deviations must be positive");
-  }
 }
+
+Loader::Loader(const Dataset& dataset, LoaderOptions options)
+    : Loader(std::make_shared<DatasetSource>(dataset, options.transforms()), options) {}
 
 Loader::~Loader() { stop(); }
 
@@ -31,8 +61,11 @@ void Loader::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  changed_.notify_all();
-  if (producer_.joinable()) producer_.join();
+  work_ready_.notify_all();
+  batch_ready_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  pending_.clear();
   stopping_ = false;
 }
 
@@ -42,83 +75,184 @@ int64_t Loader::num_batches() const {
                               : (n + options_.batch_size() - 1) / options_.batch_size();
 }
 
+int64_t Loader::batch_rows(int64_t batch) const {
+  const int64_t begin = batch * options_.batch_size();
+  return std::min<int64_t>(options_.batch_size(), int64_t(indices_.size()) - begin);
+}
+
 void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t skip_batches) {
   stop();
   for (int64_t i : indices) {
-    if (i < 0 || size_t(i) >= dataset_.size()) {
+    if (i < 0 || size_t(i) >= source_->size()) {
       throw InvalidArgument(
-          concat("loader: index ", i, " outside the data set of ", dataset_.size()));
+          concat("loader: index ", i, " outside the data set of ", source_->size()));
     }
   }
   indices_ = std::move(indices);
   epoch_ = epoch;
-  ready_.clear();
-  finished_ = false;
   error_ = nullptr;
-  producer_ = std::thread([this, skip_batches] { produce(skip_batches); });
+  next_batch_ = std::max<int64_t>(0, skip_batches);
+  next_item_ = next_batch_ * options_.batch_size();
+  end_item_ = std::min<int64_t>(num_batches() * options_.batch_size(), int64_t(indices_.size()));
+  for (int i = 0; i < options_.threads(); ++i) workers_.emplace_back([this] { work(); });
+}
+
+// Takes the next sample to make, waiting while it belongs to a batch beyond the prefetch window.
+bool Loader::claim(int64_t& item) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const int64_t size = options_.batch_size();
+  work_ready_.wait(lock, [&] {
+    return stopping_ || next_item_ >= end_item_ ||
+           next_item_ / size < next_batch_ + options_.prefetch();
+  });
+  if (stopping_ || next_item_ >= end_item_) return false;
+  item = next_item_++;
+  if (item % size == 0) {  // its batch's first sample: items are claimed in order
+    auto pending = std::make_unique<Pending>();
+    pending->remaining = batch_rows(item / size);
+    pending->batch.index = item / size;
+    pending->batch.samples.assign(size_t(pending->remaining), -1);
+    pending_.emplace(item / size, std::move(pending));
+  }
+  return true;
+}
+
+void Loader::work() {
+  // Each worker makes one sample at a time, so LibTorch's own threads would only compete with
+  // the other workers (and the training): operations here run single-threaded.
+  c10::ParallelGuard single_threaded(true);
+  int64_t item = 0;
+  while (claim(item)) {
+    const int64_t size = options_.batch_size();
+    const SampleContext context{indices_[size_t(item)], epoch_, item / size, item % size};
+    try {
+      int64_t taken = 0;
+      const Example example = sample(context, taken);
+      Pending* pending = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        pending = pending_.at(context.batch).get();
+      }
+      pending->batch.samples[size_t(context.slot)] = taken;
+      place(*pending, context.slot, example);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending->remaining == 0) batch_ready_.notify_all();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      stopping_ = true;
+      work_ready_.notify_all();
+      batch_ready_.notify_all();
+      return;
+    }
+  }
+}
+
+// The sample at `context`, or under OnBadSample::kSkip, when its file is bad, a replacement
+// drawn from (seed, epoch, index, try): the same on every run and on every number of threads.
+// `taken` is the index the sample came from.
+Example Loader::sample(const SampleContext& context, int64_t& taken) const {
+  SampleContext c = context;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      taken = c.index;
+      Example example = source_->get(c);
+      if (!example.data.defined() || !example.target.defined()) {
+        throw InvalidArgument(concat("sample ", c.index, " has no data or no target tensor"));
+      }
+      return example;
+    } catch (const Error& e) {
+      const bool bad_file = dynamic_cast<const DataError*>(&e) || dynamic_cast<const IoError*>(&e);
+      if (!bad_file || options_.on_bad_sample() == OnBadSample::kStop) throw;
+      if (attempt + 1 >= kReplacementTries) {
+        throw DataError(concat(e.what(), " (and its ", kReplacementTries - 1,
+                               " replacements were bad too: stopping)"));
+      }
+      bad_samples_.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(bad_mutex_);
+        if (reported_bad_.insert(c.index).second) {
+          std::fprintf(stderr, "warning: skipping a bad sample: %s\n", e.what());
+        }
+      }
+      const uint64_t key = mix(options_.seed() ^ mix(uint64_t(context.epoch) ^
+                                                     mix(uint64_t(context.index) ^ mix(attempt))));
+      c.index = int64_t(key % source_->size());
+    }
+  }
+}
+
+// Writes `example` into row `slot` of its batch, allocating the batch from the first example.
+void Loader::place(Pending& pending, int64_t slot, const Example& example) const {
+  Batch& b = pending.batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending.allocated) {
+      const int64_t rows = int64_t(b.samples.size());
+      auto make = [&](const torch::Tensor& like, bool channels_last) {
+        std::vector<int64_t> sizes{rows};
+        for (int64_t d : like.sizes()) sizes.push_back(d);
+        auto options = like.options().device(torch::kCPU).pinned_memory(options_.pin_memory());
+        return channels_last && sizes.size() == 4
+                   ? torch::empty(sizes, options.memory_format(torch::MemoryFormat::ChannelsLast))
+                   : torch::empty(sizes, options);
+      };
+      b.images = make(example.data, options_.channels_last());
+      b.labels = make(example.target, false);
+      pending.allocated = true;
+    }
+  }
+  const torch::Tensor row = b.images[slot];
+  const torch::Tensor label = b.labels[slot];
+  if (row.sizes() != example.data.sizes() || row.scalar_type() != example.data.scalar_type() ||
+      label.sizes() != example.target.sizes()) {
+    throw InvalidArgument(concat("loader: sample ", b.samples[size_t(slot)], " (row ", slot,
+                                 " of batch ", b.index, ") is ", shape_text(example.data), " -> ",
+                                 shape_text(example.target), ", the batch's first sample was ",
+                                 shape_text(row), " -> ", shape_text(label),
+                                 ": every sample of a batch needs the same shapes and types"));
+  }
+  row.copy_(example.data);
+  label.copy_(example.target);
 }
 
 Batch Loader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
                          int64_t batch_index) const {
-  const int64_t begin = batch_index * options_.batch_size();
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size(), int64_t(indices.size()));
-  const int64_t count = end - begin;
-  const ImageShape s = dataset_.shape();
-  Batch batch;
-  batch.index = batch_index;
-  batch.images = torch::empty({count, s.channels, s.height, s.width}, torch::kFloat32);
-  batch.labels = torch::empty({count}, torch::kInt64);
-  float* pixels = batch.images.data_ptr<float>();
-  int64_t* labels = batch.labels.data_ptr<int64_t>();
-  for (int64_t j = 0; j < count; ++j) {
-    const size_t index = size_t(indices[size_t(begin + j)]);
-    transform_image(dataset_, index, options_.transforms(), epoch, batch_index, size_t(j),
-                    pixels + size_t(j) * s.bytes());
-    labels[j] = dataset_.label(index);
+  const int64_t size = options_.batch_size();
+  const int64_t begin = batch_index * size;
+  const int64_t end = std::min<int64_t>(begin + size, int64_t(indices.size()));
+  Pending pending;
+  pending.batch.index = batch_index;
+  pending.batch.samples.assign(size_t(end - begin), -1);
+  for (int64_t j = 0; j < end - begin; ++j) {
+    const Example example = sample({indices[size_t(begin + j)], epoch, batch_index, j},
+                                   pending.batch.samples[size_t(j)]);
+    place(pending, j, example);
   }
-  if (options_.channels_last()) {
-    batch.images = batch.images.contiguous(torch::MemoryFormat::ChannelsLast);
-  }
-  return batch;
-}
-
-void Loader::produce(int64_t first_batch) {
-  try {
-    const int64_t total = num_batches();
-    for (int64_t b = first_batch; b < total; ++b) {
-      Batch batch = make_batch(indices_, epoch_, b);
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || int(ready_.size()) < options_.prefetch(); });
-      if (stopping_) return;
-      ready_.push_back(std::move(batch));
-      changed_.notify_all();
-    }
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    error_ = std::current_exception();
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  finished_ = true;
-  changed_.notify_all();
+  return std::move(pending.batch);
 }
 
 std::optional<Batch> Loader::next() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !ready_.empty() || finished_; });
-  if (!ready_.empty()) {
-    Batch batch = std::move(ready_.front());
-    ready_.pop_front();
-    // The producer, waiting with its next batch in hand, is woken once the queue is down to a
-    // quarter and then makes batches until it is full again, rather than after every batch:
-    // every wake is a chance for the scheduler to switch this thread out inside next(), which
-    // with more workers than cores costs a whole time slice now and then.
-    const bool wake = int(ready_.size()) <= std::max(1, options_.prefetch() / 4);
-    lock.unlock();  // the woken producer would only block on the mutex
-    if (wake) changed_.notify_all();
-    return batch;
-  }
+  if (next_batch_ >= num_batches() && !error_) return std::nullopt;
+  auto it = pending_.end();
+  batch_ready_.wait(lock, [&] {
+    it = pending_.find(next_batch_);
+    return error_ || (it != pending_.end() && it->second->remaining == 0);
+  });
   if (error_) std::rethrow_exception(error_);
-  return std::nullopt;
+  Batch batch = std::move(it->second->batch);
+  pending_.erase(it);
+  ++next_batch_;
+  // The workers, waiting with the window full, are woken once it is down to a quarter and then
+  // fill it again, rather than after every batch: every wake is a chance for the scheduler to
+  // switch this thread out inside next(), which with more threads than cores costs a whole time
+  // slice now and then.
+  const int64_t ahead = next_item_ / options_.batch_size() - next_batch_;
+  const bool wake = ahead <= std::max(1, options_.prefetch() / 4);
+  lock.unlock();
+  if (wake) work_ready_.notify_all();
+  return batch;
 }
 
 }  // namespace ddp::data

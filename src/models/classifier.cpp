@@ -3,6 +3,7 @@
 #include "ddp/error.h"
 #include "ddp/models/net.h"
 #include "ddp/models/resnet.h"
+#include "ddp/models/torchvision_resnet.h"
 
 namespace ddp::models {
 
@@ -22,7 +23,15 @@ std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t
     }
     return ResNet(channels, num_classes).ptr();
   }
-  throw InvalidArgument(concat("unknown model '", name, "'; use net or resnet"));
+  if (name == "resnet18" || name == "resnet50") {
+    if (side < 32) {
+      throw InvalidArgument(concat("model ", name, ": images are ", side, "x", side,
+                                   "; torchvision's ResNets need a side of at least 32"));
+    }
+    return TorchvisionResNet(name == "resnet18" ? 18 : 50, num_classes, channels).ptr();
+  }
+  throw InvalidArgument(
+      concat("unknown model '", name, "'; use net, resnet, resnet18 or resnet50"));
 }
 
 }  // namespace ddp::models

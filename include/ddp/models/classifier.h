@@ -13,8 +13,9 @@ class ClassifierImpl : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor images) = 0;
 };
 
-/// The model called `name` ("net" or "resnet") for `channels` x `side` x `side` images; throws
-/// InvalidArgument for another name or an image size the model cannot take.
+/// The model called `name` ("net", "resnet" (CIFAR), "resnet18" or "resnet50" (torchvision's)) for
+/// `channels` x `side` x `side` images; throws InvalidArgument for another name or an image size
+/// the model cannot take.
 std::shared_ptr<ClassifierImpl> make_classifier(const std::string& name, int64_t channels,
                                                 int64_t side, int64_t num_classes);
 
