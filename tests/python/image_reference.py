@@ -12,6 +12,8 @@ resize: writes source images (raw RGB) and, per case, the bytes PIL's resize giv
     crop SRC SRC_W SRC_H LEFT TOP W H OUT_W OUT_H OUT       (Image.crop(...).resize(...))
 Floats are written with repr(), so the test reads back the very doubles PIL was given.
 """
+import ctypes
+import ctypes.util
 import io
 import os
 import struct
@@ -174,6 +176,9 @@ def jpeg_cases(w):
     cmyk = Image.frombytes("CMYK", base.size, RNG.randint(0, 256, (157, 203, 4), np.uint8))
     w.ok("cmyk.jpg", jpeg_bytes(cmyk, quality=90))
     w.ok("cmyk_from_rgb.jpg", jpeg_bytes(base.convert("CMYK"), quality=90))
+    ycck = ycck_jpeg(base.convert("CMYK").tobytes(), *base.size)
+    if ycck is not None:
+        w.ok("ycck.jpg", ycck)
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90; convert("RGB") ignores it
     w.ok("exif_rotated.jpg", jpeg_bytes(base, quality=90, exif=exif))
@@ -191,6 +196,25 @@ def jpeg_cases(w):
     w.error("truncated_progressive.jpg", progressive[: len(progressive) * 7 // 10],
             "truncated JPEG")
     w.error("corrupt_sof.jpg", corrupt_sof(good), "corrupt JPEG")
+
+
+def ycck_jpeg(cmyk, width, height):
+    """A YCCK JPEG (Adobe transform 2), which PIL cannot write, through libjpeg-turbo's TurboJPEG
+    (TJPF_CMYK input makes YCCK); None where the library cannot be loaded."""
+    try:
+        tj = ctypes.CDLL(ctypes.util.find_library("turbojpeg") or "libturbojpeg.so.0")
+    except OSError:
+        return None
+    tj.tjInitCompress.restype = ctypes.c_void_p
+    handle = ctypes.c_void_p(tj.tjInitCompress())
+    out, size = ctypes.POINTER(ctypes.c_ubyte)(), ctypes.c_ulong(0)
+    tjpf_cmyk, tjsamp_420 = 11, 2
+    rc = tj.tjCompress2(handle, cmyk, width, 0, height, tjpf_cmyk, ctypes.byref(out),
+                        ctypes.byref(size), tjsamp_420, 90, 0)
+    data = ctypes.string_at(out, size.value) if rc == 0 else None
+    tj.tjFree(out)
+    tj.tjDestroy(handle)
+    return data
 
 
 def corrupt_sof(data):

@@ -20,8 +20,9 @@ struct Box {
 /// Image.resize((out_width, out_height), Image.BILINEAR, box) does. A crop then resize
 /// (torchvision's resized_crop: img.crop((j, i, j + w, i + h)).resize(...)) is
 /// resize_bilinear(src + i * stride + j * 3, w, h, stride, Box{0, 0, w, h}, ...): the filter
-/// then stops at the crop's edges, as PIL's does on the cropped image. Throws InvalidArgument
-/// where PIL raises ValueError (sizes under 1, a box outside the image or upside down).
+/// then stops at the crop's edges, as PIL's does on the cropped image. `out` must not overlap
+/// `src`. Throws InvalidArgument where PIL raises ValueError (sizes under 1, a box outside the
+/// image or upside down).
 void resize_bilinear(const uint8_t* src, int width, int height, size_t stride, const Box& box,
                      int out_width, int out_height, uint8_t* out);
 
