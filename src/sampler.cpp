@@ -66,6 +66,11 @@ void DistributedSampler::reset(std::optional<size_t> new_size) {
     dataset_size_ = int64_t(*new_size);
     size_shards();
   }
+  if (resuming_ && !new_size) {  // the pass after load(): where the saved one was
+    resuming_ = false;
+    return;
+  }
+  resuming_ = false;
   if (started_ && !epoch_chosen_) ++epoch_;
   started_ = true;
   epoch_chosen_ = false;
@@ -84,19 +89,37 @@ std::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
 }
 
 void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
-  archive.write("epoch", torch::tensor(epoch_, torch::kInt64), /*is_buffer=*/true);
-  archive.write("position", torch::tensor(int64_t(position_), torch::kInt64), true);
+  const auto value = [](int64_t v) { return torch::tensor(v, torch::kInt64); };
+  archive.write("epoch", value(epoch_), /*is_buffer=*/true);
+  archive.write("position", value(int64_t(position_)), true);
+  archive.write("shard", value(dataset_size_), true);  // size, world size, rank, seed
+  archive.write("world_size", value(world_size_), true);
+  archive.write("rank", value(rank_), true);
+  archive.write("seed", value(int64_t(options_.seed())), true);
 }
 
 void DistributedSampler::load(torch::serialize::InputArchive& archive) {
-  torch::Tensor epoch = torch::empty({}, torch::kInt64), position = torch::empty({}, torch::kInt64);
-  archive.read("epoch", epoch, /*is_buffer=*/true);
-  archive.read("position", position, true);
-  epoch_ = epoch.item<int64_t>();
+  const auto read = [&](const char* key) {
+    torch::Tensor t = torch::empty({}, torch::kInt64);
+    archive.read(key, t, /*is_buffer=*/true);
+    return t.item<int64_t>();
+  };
+  const int64_t size = read("shard"), world = read("world_size"), rank = read("rank");
+  const int64_t seed = read("seed");
+  if (size != dataset_size_ || world != world_size_ || rank != rank_ ||
+      uint64_t(seed) != options_.seed()) {
+    throw InvalidArgument(concat("DistributedSampler::load: saved for ", size, " samples, rank ",
+                                 rank, " of ", world, ", seed ", seed, "; this sampler has ",
+                                 dataset_size_, ", rank ", rank_, " of ", world_size_, ", seed ",
+                                 options_.seed()));
+  }
+  epoch_ = read("epoch");
+  const int64_t position = read("position");
   started_ = true;
+  resuming_ = true;
   epoch_chosen_ = false;
   order_ = indices();
-  position_ = size_t(std::clamp<int64_t>(position.item<int64_t>(), 0, int64_t(order_.size())));
+  position_ = size_t(std::clamp<int64_t>(position, 0, int64_t(order_.size())));
 }
 
 }  // namespace ddp

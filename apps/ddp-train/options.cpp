@@ -153,6 +153,11 @@ const cli::FlagTable<O>& table() {
                       "Resize(N*256/224) + CenterCrop(N), as torchvision's ImageNet example "
                       "(default 224)",
                       &O::image_size, 32, 4096),
+          switch_flag<O>("--full-decode",
+                         "imagefolder training: decode every JPEG in full, for torchvision's "
+                         "pixels exactly (default: at 1/2, 1/4 or 1/8 scale where the crop is "
+                         "still at least --image-size at that scale, as PIL's draft() does)",
+                         &O::full_decode),
           int_flag<O>("--loader-threads", "N",
                       "threads per rank that read, decode and transform samples (default 0: one "
                       "for the in-memory sets; for imagefolder one per rank on the CPU, and the "
@@ -360,6 +365,14 @@ void check_combinations(const TrainOptions& options) {
     throw InvalidArgument(
         "--random-crop pads and crops the in-memory sets; --dataset imagefolder always takes "
         "torchvision's RandomResizedCrop (leave out --random-crop)");
+  }
+  if (!folder && (options.image_size != 224 || options.full_decode)) {
+    throw InvalidArgument(concat(options.image_size != 224 ? "--image-size" : "--full-decode",
+                                 " applies to --dataset imagefolder (the in-memory sets have "
+                                 "their own image size)"));
+  }
+  if (options.local_batchnorm && options.model == ModelKind::kNet) {
+    throw InvalidArgument("--local-batchnorm: --model net has no batch norm");
   }
   if (folder && options.data_dir.empty()) {
     throw InvalidArgument(

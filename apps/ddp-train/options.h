@@ -39,8 +39,9 @@ struct TrainOptions {
   bool random_crop = false;
   bool horizontal_flip = false;
   bool channels_last = false;
-  int image_size = 224;    // imagefolder: the side of the images the model takes
-  int loader_threads = 0;  // 0: a default that leaves the compute its CPUs
+  int image_size = 224;      // imagefolder: the side of the images the model takes
+  bool full_decode = false;  // imagefolder training: no JPEG decoding at 1/2, 1/4, 1/8
+  int loader_threads = 0;    // 0: a default that leaves the compute its CPUs
   data::OnBadSample on_bad_sample = data::OnBadSample::kStop;
   // Model and optimiser.
   std::string config;  // --config: a TOML file of flags (the command line overrides)

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "ddp/atomic_file.h"
 #include "ddp/checkpoint.h"
 #include "ddp/data/loader.h"
 #include "ddp/error.h"
@@ -122,13 +123,22 @@ void draw_grid(const torch::Tensor& hwc, const std::vector<std::string>& names,
     cairo_move_to(cr, x0 + 1, y0 + tile_h + 13);
     cairo_show_text(cr, names[size_t(i)].c_str());
   }
-  const cairo_status_t status = cairo_surface_write_to_png(grid, out.c_str());
+  // Into memory, then written whole: a file that is there is complete.
+  std::string png;
+  const cairo_status_t status = cairo_surface_write_to_png_stream(
+      grid,
+      [](void* closure, const unsigned char* data, unsigned int length) {
+        static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+        return CAIRO_STATUS_SUCCESS;
+      },
+      &png);
   cairo_destroy(cr);
   cairo_surface_destroy(grid);
   if (status != CAIRO_STATUS_SUCCESS) {
-    throw IoError(
-        concat("preview -o ", out, ": cannot write it (", cairo_status_to_string(status), ")"));
+    throw Error(
+        concat("preview: cairo could not make the PNG (", cairo_status_to_string(status), ")"));
   }
+  write_file_atomic(out, png);
 }
 #else
 void draw_grid(const torch::Tensor&, const std::vector<std::string>&, const std::string& out) {
@@ -148,10 +158,6 @@ int run_preview(const std::vector<std::string>& args) {
   const PreviewRequest r = parse_request(args);
   bool help = false;
   const TrainOptions o = parse_train_options(r.train_flags, help);
-  {
-    std::ofstream probe(r.out);
-    if (!probe) throw IoError(concat("preview -o ", r.out, ": cannot write it"));
-  }
   const TrainingData d = open_training_data(o, data_dir_of(o));
   const auto& source = r.val ? d.test : d.train;
   std::vector<int64_t> indices;

@@ -210,8 +210,8 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
 EpochReport train_epoch(Training& t, int epoch) {
   const TrainOptions& o = t.options;
   t.sampler.set_epoch(epoch - 1);
-  t.loader.start_epoch(t.sampler.indices(), epoch - 1);
   const int64_t bad_before = t.loader.bad_samples();
+  t.loader.start_epoch(t.sampler.indices(), epoch - 1);
   const int64_t steps = steps_of(o, t.loader.num_batches());
   EpochTotals totals;
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));

@@ -100,6 +100,7 @@ data::ImagePipelineOptions image_pipeline_options(const TrainOptions& o,
   // torchvision's ImageNet recipe: Resize(256) before CenterCrop(224), in proportion.
   p.resize(int(std::lround(o.image_size * 256.0 / 224.0)));
   p.horizontal_flip(o.horizontal_flip);
+  p.scaled_decode(!o.full_decode);
   p.normalize(o.normalize);
   p.seed(o.seed);
   return p;
@@ -115,10 +116,14 @@ int choose_loader_threads(const TrainOptions& o, int local_world_size, bool gpu,
     reason = "an in-memory set needs no more";
     return 1;
   }
+  // The CPUs this process may use; under --cpu-bind cores they are this rank's share already.
   const int cpus = int(std::max<size_t>(1, allowed_cpus().size()));
-  const int per_rank = std::max(1, cpus / std::max(1, local_world_size));
+  const bool bound = launched_with_cpu_binding();
+  const int per_rank = bound ? cpus : std::max(1, cpus / std::max(1, local_world_size));
   if (gpu) {  // the GPU computes: all of this rank's CPUs but the one that drives it decode
-    reason = concat(cpus, " cores / ", local_world_size, " local workers, less one for the GPU");
+    reason =
+        bound ? concat("its ", cpus, " CPU(s), less one for the GPU")
+              : concat(cpus, " cores / ", local_world_size, " local workers, less one for the GPU");
     return std::max(1, per_rank - 1);
   }
   // On the CPU the model's threads use every core: one decoder per rank shares them, as decoding

@@ -60,7 +60,8 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   void reset(std::optional<size_t> new_size = std::nullopt) override;
   /// Up to `batch_size` of this rank's next indices; nothing at the end of the epoch.
   std::optional<std::vector<size_t>> next(size_t batch_size) override;
-  /// The epoch and the position in it, so a loader resumes where it was.
+  /// The epoch and the position in it, so a loader resumes where it was: the reset() that
+  /// LibTorch's loader makes at its next pass keeps them. load() checks the shard is the same.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -77,6 +78,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   // LibTorch's interface: the epoch's order and how far a loader has taken it.
   bool epoch_chosen_ = false;  // set_epoch() since the last reset()
   bool started_ = false;       // reset() has run
+  bool resuming_ = false;      // load() ran: the next reset() keeps its epoch and position
   std::vector<int64_t> order_;
   size_t position_ = 0;
 };

@@ -40,12 +40,13 @@ bool is_dir_following_links(const fs::path& path) {
 }
 
 // os.walk(dir, followlinks=True), then sorted: directory path -> its non-directory entries.
-// A directory reached again through a symlink is not entered twice (os.walk would recurse until
-// the path is too long); an unreadable sub-directory is left out, as os.walk's default does.
+// A directory that is its own ancestor through a symlink is not entered again (os.walk would
+// recurse until the path is too long); two links to one directory are both walked, as os.walk
+// does; an unreadable sub-directory is left out, as os.walk's default does.
 void walk(const fs::path& dir, std::map<std::string, std::vector<std::string>>& files,
-          std::set<std::pair<dev_t, ino_t>>& seen) {
+          std::set<std::pair<dev_t, ino_t>>& ancestors) {
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) return;
+  if (::stat(dir.c_str(), &st) != 0 || !ancestors.insert({st.st_dev, st.st_ino}).second) return;
   std::error_code error;
   fs::directory_iterator it(dir, error), end;
   if (error) return;
@@ -60,7 +61,8 @@ void walk(const fs::path& dir, std::map<std::string, std::vector<std::string>>& 
     }
   }
   std::sort(names.begin(), names.end());
-  for (const fs::path& sub : subdirs) walk(sub, files, seen);
+  for (const fs::path& sub : subdirs) walk(sub, files, ancestors);
+  ancestors.erase({st.st_dev, st.st_ino});
 }
 
 std::string join(const std::vector<std::string>& items) {
@@ -114,9 +116,9 @@ ImageFolder::ImageFolder(const std::string& root) : root_(root) {
 void ImageFolder::add_class(int label) {
   const fs::path class_dir = fs::path(root_) / classes_[size_t(label)];
   std::map<std::string, std::vector<std::string>> files;
-  std::set<std::pair<dev_t, ino_t>> seen;
-  walk(class_dir, files, seen);
-  const size_t prefix = root_.size() + 1;  // paths are kept below root
+  std::set<std::pair<dev_t, ino_t>> ancestors;
+  walk(class_dir, files, ancestors);
+  const size_t prefix = root_.size() + (root_.back() == '/' ? 0 : 1);  // paths below root
   for (const auto& [dir, names] : files) {
     for (const std::string& name : names) {
       if (ends_with_any(name, kNotDecoded)) {

@@ -81,7 +81,17 @@ void eval_pixels(const std::vector<uint8_t>& bytes, const std::string& path,
   DecodeOptions decode;
   decode.max_pixels = o.max_pixels();
   const RgbImage image = decode_image(bytes.data(), bytes.size(), path, decode);
-  const auto [width, height] = resize_shorter_side(image.width, image.height, o.resize());
+  std::array<int, 2> size{};
+  try {
+    size = resize_shorter_side(image.width, image.height, o.resize());
+  } catch (const DataError& e) {
+    throw DataError(concat(path, ": ", e.what()));
+  }
+  const auto [width, height] = size;
+  if (int64_t(width) * height > o.max_pixels()) {
+    throw DataError(concat(path, ": a ", image.width, "x", image.height, " image, ", width, "x",
+                           height, " once resized, over the limit of ", o.max_pixels(), " pixels"));
+  }
   std::vector<uint8_t> resized;
   const uint8_t* pixels = image.pixels.data();
   if (width != image.width || height != image.height) {
@@ -116,6 +126,13 @@ ImageFolderSource::ImageFolderSource(std::shared_ptr<const ImageFolder> folder,
   for (float s : o.std()) {
     if (o.normalize() && !(s > 0)) throw InvalidArgument("standard deviations must be positive");
   }
+  for (size_t ch = 0; ch < 3; ++ch) {
+    for (int v = 0; v < 256; ++v) {
+      // Exactly torchvision: ToTensor divides by 255, Normalize then subtracts and divides.
+      const float x = float(v) / 255.0f;
+      to_float_[ch][size_t(v)] = o.normalize() ? (x - o.mean()[ch]) / o.std()[ch] : x;
+    }
+  }
   const auto& c = o.crop();
   if (!(0 < c.scale_min && c.scale_min <= c.scale_max && c.scale_max <= 1 && 0 < c.ratio_min &&
         c.ratio_min <= c.ratio_max)) {
@@ -148,25 +165,35 @@ std::vector<uint8_t> ImageFolderSource::pixels(const SampleContext& context, boo
   return out;
 }
 
-Example ImageFolderSource::get(const SampleContext& context) const {
+std::vector<int64_t> ImageFolderSource::data_shape() const {
+  return {3, options_.size(), options_.size()};
+}
+
+torch::Tensor ImageFolderSource::write(const SampleContext& context,
+                                       const torch::Tensor& row) const {
   const std::vector<uint8_t> hwc = pixels(context);
-  const int n = options_.size();
-  torch::Tensor image = torch::empty({3, n, n}, torch::kFloat32);
-  float* chw = image.data_ptr<float>();
-  const size_t plane = size_t(n) * size_t(n);
-  for (int ch = 0; ch < 3; ++ch) {
-    // Exactly torchvision: ToTensor divides by 255, Normalize then subtracts and divides.
-    const bool norm = options_.normalize();
-    const float mean = norm ? options_.mean()[size_t(ch)] : 0.0f;
-    const float std = norm ? options_.std()[size_t(ch)] : 1.0f;
-    float* dst = chw + size_t(ch) * plane;
-    for (size_t i = 0; i < plane; ++i) {
-      const float x = float(hwc[i * 3 + size_t(ch)]) / 255.0f;
-      dst[i] = norm ? (x - mean) / std : x;
+  const int64_t n = options_.size();
+  if (row.scalar_type() != torch::kFloat32 || row.sizes() != torch::IntArrayRef({3, n, n})) {
+    throw InvalidArgument("image row of the wrong shape or type");
+  }
+  // Planar rows (NCHW batches) or interleaved ones (channels-last): written through the strides.
+  float* out = row.data_ptr<float>();
+  const int64_t sc = row.stride(0), sy = row.stride(1), sx = row.stride(2);
+  for (int64_t y = 0; y < n; ++y) {
+    const uint8_t* in = hwc.data() + size_t(y * n * 3);
+    for (int64_t ch = 0; ch < 3; ++ch) {
+      const float* table = to_float_[size_t(ch)].data();
+      float* dst = out + ch * sc + y * sy;
+      for (int64_t x = 0; x < n; ++x) dst[x * sx] = table[in[x * 3 + ch]];
     }
   }
-  return {image,
-          torch::scalar_tensor(int64_t(folder_->label(size_t(context.index))), torch::kInt64)};
+  return torch::scalar_tensor(int64_t(folder_->label(size_t(context.index))), torch::kInt64);
+}
+
+Example ImageFolderSource::get(const SampleContext& context) const {
+  torch::Tensor image = torch::empty({3, options_.size(), options_.size()}, torch::kFloat32);
+  torch::Tensor target = write(context, image);
+  return {image, target};
 }
 
 }  // namespace ddp::data

@@ -40,13 +40,15 @@ uint32_t CounterRng::next_u32() {
 }
 
 double CounterRng::uniform(double low, double high) {
-  const uint64_t bits = (uint64_t(next_u32()) << 21) ^ (uint64_t(next_u32()) >> 11);
+  const uint64_t first = next_u32(), second = next_u32();  // in this order (the comma sequences)
+  const uint64_t bits = (first << 21) ^ (second >> 11);
   return low + (high - low) * (double(bits) * 0x1.0p-53);
 }
 
 int64_t CounterRng::integer(int64_t low, int64_t high) {
   const uint64_t range = uint64_t(high - low) + 1;
-  const uint64_t bits = (uint64_t(next_u32()) << 32) | next_u32();
+  const uint64_t first = next_u32(), second = next_u32();
+  const uint64_t bits = (first << 32) | second;
   return low + int64_t(bits % range);  // bias below 2^-32 for any image size
 }
 
@@ -80,8 +82,14 @@ CropBox random_resized_crop_box(int width, int height, const RandomResizedCropPa
 std::array<int, 2> resize_shorter_side(int width, int height, int size) {
   const bool portrait = width <= height;
   const int short_side = portrait ? width : height, long_side = portrait ? height : width;
-  const int new_long = int(int64_t(size) * long_side / short_side);  // Python's int(): truncation
-  return portrait ? std::array<int, 2>{size, new_long} : std::array<int, 2>{new_long, size};
+  // Python's int(): truncation. A very thin image's long side can pass int's range.
+  const int64_t new_long = int64_t(size) * long_side / short_side;
+  if (new_long > (int64_t(1) << 30)) {
+    throw DataError(concat("a ", width, "x", height, " image resized to ", size,
+                           " on its shorter side would be ", new_long, " pixels long"));
+  }
+  return portrait ? std::array<int, 2>{size, int(new_long)}
+                  : std::array<int, 2>{int(new_long), size};
 }
 
 CropBox center_crop_box(int width, int height, int size) {

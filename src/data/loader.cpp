@@ -14,7 +14,7 @@ namespace ddp::data {
 struct Loader::Pending {
   Batch batch;
   int64_t remaining = 0;
-  bool allocated = false;
+  std::exception_ptr error;  // the first failure of one of its rows: next() rethrows it
 };
 
 namespace {
@@ -49,6 +49,7 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
     throw InvalidArgument(concat("loader threads ", options_.threads(), " must be at least 1"));
   }
   if (options_.prefetch() < 1) options_.prefetch(1);
+  data_shape_ = source_->data_shape();
 }
 
 Loader::Loader(const Dataset& dataset, LoaderOptions options)
@@ -81,17 +82,16 @@ int64_t Loader::batch_rows(int64_t batch) const {
 }
 
 void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t skip_batches) {
-  stop();
-  for (int64_t i : indices) {
+  for (int64_t i : indices) {  // before anything changes: a refused epoch leaves the loader as is
     if (i < 0 || size_t(i) >= source_->size()) {
       throw InvalidArgument(
           concat("loader: index ", i, " outside the data set of ", source_->size()));
     }
   }
+  stop();
   indices_ = std::move(indices);
   epoch_ = epoch;
-  error_ = nullptr;
-  next_batch_ = std::max<int64_t>(0, skip_batches);
+  next_batch_ = std::clamp<int64_t>(skip_batches, 0, num_batches());
   next_item_ = next_batch_ * options_.batch_size();
   end_item_ = std::min<int64_t>(num_batches() * options_.batch_size(), int64_t(indices_.size()));
   for (int i = 0; i < options_.threads(); ++i) workers_.emplace_back([this] { work(); });
@@ -110,11 +110,30 @@ bool Loader::claim(int64_t& item) {
   if (item % size == 0) {  // its batch's first sample: items are claimed in order
     auto pending = std::make_unique<Pending>();
     pending->remaining = batch_rows(item / size);
-    pending->batch.index = item / size;
-    pending->batch.samples.assign(size_t(pending->remaining), -1);
+    start_batch(*pending, item / size);
     pending_.emplace(item / size, std::move(pending));
   }
   return true;
+}
+
+void Loader::start_batch(Pending& pending, int64_t batch) const {
+  pending.batch.index = batch;
+  pending.batch.samples.assign(size_t(batch_rows(batch)), -1);
+  if (!data_shape_.empty()) {  // the source knows its samples' shape: allocate the batch now
+    pending.batch.images = allocate(int64_t(pending.batch.samples.size()), data_shape_,
+                                    torch::kFloat32, options_.channels_last());
+  }
+}
+
+torch::Tensor Loader::allocate(int64_t rows, c10::IntArrayRef row_shape, torch::ScalarType type,
+                               bool channels_last) const {
+  std::vector<int64_t> sizes{rows};
+  sizes.insert(sizes.end(), row_shape.begin(), row_shape.end());
+  auto options = torch::TensorOptions(type).pinned_memory(options_.pin_memory());
+  if (channels_last && sizes.size() == 4) {
+    options = options.memory_format(torch::MemoryFormat::ChannelsLast);
+  }
+  return torch::empty(sizes, options);
 }
 
 void Loader::work() {
@@ -125,42 +144,38 @@ void Loader::work() {
   while (claim(item)) {
     const int64_t size = options_.batch_size();
     const SampleContext context{indices_[size_t(item)], epoch_, item / size, item % size};
-    try {
-      int64_t taken = 0;
-      const Example example = sample(context, taken);
-      Pending* pending = nullptr;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        pending = pending_.at(context.batch).get();
-      }
-      pending->batch.samples[size_t(context.slot)] = taken;
-      place(*pending, context.slot, example);
+    Pending* pending = nullptr;
+    {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending->remaining == 0) batch_ready_.notify_all();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-      stopping_ = true;
-      work_ready_.notify_all();
-      batch_ready_.notify_all();
-      return;
+      pending = pending_.at(context.batch).get();
     }
+    std::exception_ptr error;
+    try {
+      make_row(*pending, context);
+    } catch (...) {
+      // Kept with its batch: the steps before it still run, and a batch never asked for
+      // (--max-steps) fails nothing.
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error && !pending->error) pending->error = error;
+    if (--pending->remaining == 0) batch_ready_.notify_all();
   }
 }
 
-// The sample at `context`, or under OnBadSample::kSkip, when its file is bad, a replacement
-// drawn from (seed, epoch, index, try): the same on every run and on every number of threads.
-// `taken` is the index the sample came from.
-Example Loader::sample(const SampleContext& context, int64_t& taken) const {
+// Row `context.slot` of the batch: the sample at `context`, or under OnBadSample::kSkip, when its
+// file is bad, a replacement drawn from (seed, epoch, index, try): the same on every run and on
+// every number of threads. The batch's `samples` says which index each row came from.
+void Loader::make_row(Pending& pending, const SampleContext& context) const {
   SampleContext c = context;
   for (int attempt = 0;; ++attempt) {
     try {
-      taken = c.index;
-      Example example = source_->get(c);
-      if (!example.data.defined() || !example.target.defined()) {
-        throw InvalidArgument(concat("sample ", c.index, " has no data or no target tensor"));
-      }
-      return example;
+      pending.batch.samples[size_t(c.slot)] = c.index;
+      const torch::Tensor target = data_shape_.empty()
+                                       ? copy_into(pending, c)
+                                       : source_->write(c, pending.batch.images[c.slot]);
+      place_label(pending, c.slot, target);
+      return;
     } catch (const Error& e) {
       const bool bad_file = dynamic_cast<const DataError*>(&e) || dynamic_cast<const IoError*>(&e);
       if (!bad_file || options_.on_bad_sample() == OnBadSample::kStop) throw;
@@ -182,38 +197,46 @@ Example Loader::sample(const SampleContext& context, int64_t& taken) const {
   }
 }
 
-// Writes `example` into row `slot` of its batch, allocating the batch from the first example.
-void Loader::place(Pending& pending, int64_t slot, const Example& example) const {
+// get() and a copy into the row, the batch allocated from the first sample that arrives.
+torch::Tensor Loader::copy_into(Pending& pending, const SampleContext& context) const {
+  const Example example = source_->get(context);
+  if (!example.data.defined() || !example.target.defined()) {
+    throw InvalidArgument(concat("sample ", context.index, " has no data or no target tensor"));
+  }
   Batch& b = pending.batch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!pending.allocated) {
-      const int64_t rows = int64_t(b.samples.size());
-      auto make = [&](const torch::Tensor& like, bool channels_last) {
-        std::vector<int64_t> sizes{rows};
-        for (int64_t d : like.sizes()) sizes.push_back(d);
-        auto options = like.options().device(torch::kCPU).pinned_memory(options_.pin_memory());
-        return channels_last && sizes.size() == 4
-                   ? torch::empty(sizes, options.memory_format(torch::MemoryFormat::ChannelsLast))
-                   : torch::empty(sizes, options);
-      };
-      b.images = make(example.data, options_.channels_last());
-      b.labels = make(example.target, false);
-      pending.allocated = true;
+    if (!b.images.defined()) {
+      b.images = allocate(int64_t(b.samples.size()), example.data.sizes(),
+                          example.data.scalar_type(), options_.channels_last());
     }
   }
-  const torch::Tensor row = b.images[slot];
-  const torch::Tensor label = b.labels[slot];
-  if (row.sizes() != example.data.sizes() || row.scalar_type() != example.data.scalar_type() ||
-      label.sizes() != example.target.sizes()) {
-    throw InvalidArgument(concat("loader: sample ", b.samples[size_t(slot)], " (row ", slot,
-                                 " of batch ", b.index, ") is ", shape_text(example.data), " -> ",
-                                 shape_text(example.target), ", the batch's first sample was ",
-                                 shape_text(row), " -> ", shape_text(label),
-                                 ": every sample of a batch needs the same shapes and types"));
+  const torch::Tensor row = b.images[context.slot];
+  if (row.sizes() != example.data.sizes() || row.scalar_type() != example.data.scalar_type()) {
+    throw InvalidArgument(concat("loader: sample ", context.index, " (row ", context.slot,
+                                 " of batch ", b.index, ") is ", shape_text(example.data),
+                                 ", another of its batch ", shape_text(row),
+                                 ": every sample of a batch needs the same shape and type"));
   }
   row.copy_(example.data);
-  label.copy_(example.target);
+  return example.target;
+}
+
+void Loader::place_label(Pending& pending, int64_t slot, const torch::Tensor& target) const {
+  Batch& b = pending.batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!b.labels.defined()) {
+      b.labels = allocate(int64_t(b.samples.size()), target.sizes(), target.scalar_type(), false);
+    }
+  }
+  const torch::Tensor label = b.labels[slot];
+  if (label.sizes() != target.sizes() || label.scalar_type() != target.scalar_type()) {
+    throw InvalidArgument(concat("loader: the target of sample ", b.samples[size_t(slot)], " is ",
+                                 shape_text(target), ", another of its batch ", shape_text(label),
+                                 ": every target needs the same shape and type"));
+  }
+  label.copy_(target);
 }
 
 Batch Loader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
@@ -221,26 +244,32 @@ Batch Loader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
   const int64_t size = options_.batch_size();
   const int64_t begin = batch_index * size;
   const int64_t end = std::min<int64_t>(begin + size, int64_t(indices.size()));
+  if (batch_index < 0 || begin >= int64_t(indices.size())) {
+    throw InvalidArgument(concat("loader: batch ", batch_index, " of ", indices.size(),
+                                 " indices in batches of ", size, " does not exist"));
+  }
   Pending pending;
   pending.batch.index = batch_index;
-  pending.batch.samples.assign(size_t(end - begin), -1);
+  pending.batch.samples.assign(size_t(std::max<int64_t>(0, end - begin)), -1);
+  if (!data_shape_.empty()) {
+    pending.batch.images = allocate(int64_t(pending.batch.samples.size()), data_shape_,
+                                    torch::kFloat32, options_.channels_last());
+  }
   for (int64_t j = 0; j < end - begin; ++j) {
-    const Example example = sample({indices[size_t(begin + j)], epoch, batch_index, j},
-                                   pending.batch.samples[size_t(j)]);
-    place(pending, j, example);
+    make_row(pending, {indices[size_t(begin + j)], epoch, batch_index, j});
   }
   return std::move(pending.batch);
 }
 
 std::optional<Batch> Loader::next() {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (next_batch_ >= num_batches() && !error_) return std::nullopt;
+  if (next_batch_ >= num_batches()) return std::nullopt;
   auto it = pending_.end();
   batch_ready_.wait(lock, [&] {
     it = pending_.find(next_batch_);
-    return error_ || (it != pending_.end() && it->second->remaining == 0);
+    return it != pending_.end() && it->second->remaining == 0;
   });
-  if (error_) std::rethrow_exception(error_);
+  if (it->second->error) std::rethrow_exception(it->second->error);
   Batch batch = std::move(it->second->batch);
   pending_.erase(it);
   ++next_batch_;

@@ -4,6 +4,12 @@
 
 namespace ddp::data {
 
+torch::Tensor SampleSource::write(const SampleContext& context, const torch::Tensor& row) const {
+  const Example example = get(context);
+  row.copy_(example.data);
+  return example.target;
+}
+
 DatasetSource::DatasetSource(const Dataset& dataset, TransformOptions transforms)
     : dataset_(dataset), transforms_(std::move(transforms)) {
   const size_t channels = size_t(dataset.shape().channels);
@@ -19,7 +25,8 @@ DatasetSource::DatasetSource(const Dataset& dataset, TransformOptions transforms
 }
 
 DatasetSource::DatasetSource(std::shared_ptr<const Dataset> dataset, TransformOptions transforms)
-    : DatasetSource(*dataset, std::move(transforms)) {
+    : DatasetSource(*(dataset ? dataset : throw InvalidArgument("DatasetSource: no data set")),
+                    std::move(transforms)) {
   owned_ = std::move(dataset);
 }
 

@@ -20,10 +20,10 @@ class ImageFolderTrainerTest : public ::testing::Test {
   // 4 classes of 12 + 4 ImageNet-like JPEGs (bench/make_imagefolder.py).
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    const auto r = test::run(
-        {DDP_PYTHON, test::source_dir() + "/bench/make_imagefolder.py", data_->path() + "/images",
-         "--classes", "4", "--train", "12", "--val", "4"},
-        {}, 120s);
+    const auto r =
+        test::run({DDP_PYTHON, test::source_dir() + "/bench/make_imagefolder.py",
+                   data_->path() + "/images", "--classes", "4", "--train", "12", "--val", "4"},
+                  {}, 120s);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { delete data_; }
@@ -32,11 +32,21 @@ class ImageFolderTrainerTest : public ::testing::Test {
   }
   static std::vector<std::string> train(const std::string& root,
                                         const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {test::train_bin(), "--dataset",  "imagefolder",
-                                     "--data-dir",      root,         "--model",
-                                     "resnet18",        "--image-size", "32",
-                                     "--batch-size",    "8",          "--epochs",
-                                     "1",               "--normalize", "--hflip"};
+    std::vector<std::string> argv = {test::train_bin(),
+                                     "--dataset",
+                                     "imagefolder",
+                                     "--data-dir",
+                                     root,
+                                     "--model",
+                                     "resnet18",
+                                     "--image-size",
+                                     "32",
+                                     "--batch-size",
+                                     "8",
+                                     "--epochs",
+                                     "1",
+                                     "--normalize",
+                                     "--hflip"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -46,10 +56,10 @@ class ImageFolderTrainerTest : public ::testing::Test {
 
 TEST_F(ImageFolderTrainerTest, TwoRanksTrainResNet18AndTorchvisionLoadsTheExport) {
   test::TempDir dir;
-  const auto r = test::run(
-      train(images(), {"--nproc-per-node", "2", "--loader-threads", "2", "--export",
-                       dir / "r18.pt", "--metrics", dir / "m.jsonl"}),
-      {}, 240s);
+  const auto r =
+      test::run(train(images(), {"--nproc-per-node", "2", "--loader-threads", "2", "--export",
+                                 dir / "r18.pt", "--metrics", dir / "m.jsonl"}),
+                {}, 240s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
   EXPECT_NE(r.output.find("ImageFolder " + images() + "/train: 48 images of 4 classes"),
@@ -67,8 +77,8 @@ TEST_F(ImageFolderTrainerTest, TorchvisionWeightsStartARun) {
   const auto save =
       test::run_python("torchvision_resnet.py", {"save", "2", "18", "4", dir / "tv.pt"});
   ASSERT_EQ(save.exit_code, 0) << save.output;
-  const auto r = test::run(train(images(), {"--init-from", dir / "tv.pt", "--max-steps", "1"}),
-                           {}, 120s);
+  const auto r =
+      test::run(train(images(), {"--init-from", dir / "tv.pt", "--max-steps", "1"}), {}, 120s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("initial weights from"), std::string::npos) << r.output;
 }
@@ -76,19 +86,17 @@ TEST_F(ImageFolderTrainerTest, TorchvisionWeightsStartARun) {
 TEST_F(ImageFolderTrainerTest, PreviewDrawsTheBatchAndSavesItForTorchLoad) {
   test::TempDir dir;
   if (!test::parts::kCairo) GTEST_SKIP() << "built without cairo";
-  const auto r = test::run({test::train_bin(), "preview", "--dataset", "imagefolder",
-                            "--data-dir", images(), "--image-size", "64", "--batch-size", "6",
-                            "--split", "val", "-o", dir / "grid.png", "--save-tensor",
-                            dir / "batch.pt"});
+  const auto r = test::run({test::train_bin(), "preview", "--dataset", "imagefolder", "--data-dir",
+                            images(), "--image-size", "64", "--batch-size", "6", "--split", "val",
+                            "-o", dir / "grid.png", "--save-tensor", dir / "batch.pt"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(std::filesystem::file_size(dir / "grid.png"), 1000u);
-  const auto py = test::run(
-      {DDP_PYTHON, "-c",
-       "import sys, torch; d = torch.load(sys.argv[1]); "
-       "assert d['images'].shape == (6, 3, 64, 64), d['images'].shape; "
-       "assert d['labels'].tolist() == [0] * 4 + [1] * 2, d['labels']; "
-       "assert d['indices'].tolist() == list(range(6)); print('ok')",
-       dir / "batch.pt"});
+  const auto py = test::run({DDP_PYTHON, "-c",
+                             "import sys, torch; d = torch.load(sys.argv[1]); "
+                             "assert d['images'].shape == (6, 3, 64, 64), d['images'].shape; "
+                             "assert d['labels'].tolist() == [0] * 4 + [1] * 2, d['labels']; "
+                             "assert d['indices'].tolist() == list(range(6)); print('ok')",
+                             dir / "batch.pt"});
   EXPECT_EQ(py.exit_code, 0) << py.output;
   const auto bad = test::run({test::train_bin(), "preview", "--dataset", "imagefolder",
                               "--data-dir", images(), "-o", dir / "grid.jpg"});
@@ -101,12 +109,12 @@ TEST_F(ImageFolderTrainerTest, ABadFileStopsTheRunNamingItOrIsSkippedAndCounted)
   std::filesystem::copy(images(), dir / "images", std::filesystem::copy_options::recursive);
   const std::string bad = dir / "images/train/n00000001/zz_truncated.JPEG";
   {
-    const std::string good = test::read_file(dir / "images/train/n00000001/" +
-                                             std::filesystem::directory_iterator(
-                                                 dir / "images/train/n00000001")
-                                                 ->path()
-                                                 .filename()
-                                                 .string());
+    const std::string good =
+        test::read_file(dir / "images/train/n00000001/" +
+                        std::filesystem::directory_iterator(dir / "images/train/n00000001")
+                            ->path()
+                            .filename()
+                            .string());
     std::ofstream(bad, std::ios::binary) << good.substr(0, good.size() / 2);
   }
   const auto stop = test::run(train(dir / "images", {"--nproc-per-node", "2"}), {}, 120s);

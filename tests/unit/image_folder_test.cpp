@@ -215,14 +215,19 @@ TEST(Loader, BadFilesStopWithTheirNameOrAreSkippedDeterministically) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
   }
-  Loader stop(eval, LoaderOptions().batch_size(8).threads(2));
-  stop.start_epoch(all, 0);
-  EXPECT_THROW(
-      {
-        while (stop.next()) {
-        }
-      },
-      Error);
+  // Stopping: the batches before the first bad file's are handed out, then its batch throws.
+  std::vector<int64_t> good_first;
+  for (int64_t i : all) {
+    if (eval->folder().path(size_t(i)).find("bad_") == std::string::npos) good_first.push_back(i);
+  }
+  const int64_t good_batches = int64_t(good_first.size()) / 8;
+  for (int64_t i : all) {
+    if (eval->folder().path(size_t(i)).find("bad_") != std::string::npos) good_first.push_back(i);
+  }
+  Loader stop(eval, LoaderOptions().batch_size(8).threads(2).prefetch(4));
+  stop.start_epoch(good_first, 0);
+  for (int64_t b = 0; b < good_batches; ++b) EXPECT_TRUE(stop.next().has_value()) << b;
+  EXPECT_THROW(stop.next(), Error);
   auto skipped = [&](int threads) {
     Loader skip(eval,
                 LoaderOptions().batch_size(8).threads(threads).on_bad_sample(OnBadSample::kSkip));

@@ -138,6 +138,7 @@ TEST(DistributedSampler, SetEpochAndSaveLoadThroughTheSamplerInterface) {
   std::istringstream read(bytes.str());
   in.load_from(read);
   resumed.load(in);
+  resumed.reset();  // what LibTorch's loader does at its next pass: the saved place is kept
   EXPECT_EQ(resumed.epoch(), 4);
   const auto next = resumed.next(100);
   ASSERT_TRUE(next.has_value());
@@ -146,6 +147,11 @@ TEST(DistributedSampler, SetEpochAndSaveLoadThroughTheSamplerInterface) {
   EXPECT_FALSE(resumed.next(1).has_value());
   sampler.reset();
   EXPECT_EQ(sampler.epoch(), 5);  // advanced by itself
+  torch::serialize::InputArchive again;
+  std::istringstream read_again(bytes.str());
+  again.load_from(read_again);
+  DistributedSampler other_rank(50, 2, 1);
+  EXPECT_THROW(other_rank.load(again), InvalidArgument);
 }
 
 }  // namespace

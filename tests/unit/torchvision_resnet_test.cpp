@@ -19,9 +19,9 @@ class TorchvisionResNetTest : public ::testing::TestWithParam<int> {};
 // torchvision's logits for its own seeded input, from the weights in `weights`.
 std::map<std::string, torch::Tensor> torchvision_logits(const std::string& weights, int depth,
                                                         int classes, const std::string& out) {
-  const auto py = test::run_python(
-      "torchvision_resnet.py",
-      {"check", weights, std::to_string(depth), std::to_string(classes), out});
+  const auto py =
+      test::run_python("torchvision_resnet.py",
+                       {"check", weights, std::to_string(depth), std::to_string(classes), out});
   EXPECT_EQ(py.exit_code, 0) << py.output;
   return read_state_dict(out);
 }
@@ -58,8 +58,8 @@ TEST_P(TorchvisionResNetTest, TorchvisionStateDictLoadsEveryTensor) {
   const auto reference = torchvision_logits(dir / "tv.pt", depth, 7, dir / "logits.pt");
   model->eval();
   torch::NoGradGuard no_grad;
-  EXPECT_TRUE(torch::allclose(model->forward(reference.at("input")), reference.at("logits"), 1e-4,
-                              1e-4));
+  EXPECT_TRUE(
+      torch::allclose(model->forward(reference.at("input")), reference.at("logits"), 1e-4, 1e-4));
 }
 
 INSTANTIATE_TEST_SUITE_P(Depths, TorchvisionResNetTest, ::testing::Values(18, 50),

@@ -79,7 +79,8 @@ class Loader {
   /// abandoned. `skip_batches` first batches are not produced (resuming mid-epoch).
   void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t skip_batches = 0);
 
-  /// The next batch, or nothing at the end of the epoch. Rethrows a thread's error.
+  /// The next batch, or nothing at the end of the epoch. Rethrows the error that a row of this
+  /// batch met (a bad file under OnBadSample::kStop, naming it).
   std::optional<Batch> next();
 
   /// Number of batches the current epoch has in all.
@@ -96,13 +97,17 @@ class Loader {
   void stop();
   void work();
   bool claim(int64_t& item);
-  Example sample(const SampleContext& context, int64_t& taken) const;
-  void place(Pending& pending, int64_t slot, const Example& example) const;
-  Pending& pending_for(int64_t batch);
+  void start_batch(Pending& pending, int64_t batch) const;
+  torch::Tensor allocate(int64_t rows, c10::IntArrayRef row_shape, torch::ScalarType type,
+                         bool channels_last) const;
+  void make_row(Pending& pending, const SampleContext& context) const;
+  torch::Tensor copy_into(Pending& pending, const SampleContext& context) const;
+  void place_label(Pending& pending, int64_t slot, const torch::Tensor& target) const;
   int64_t batch_rows(int64_t batch) const;
 
   std::shared_ptr<const SampleSource> source_;
   LoaderOptions options_;
+  std::vector<int64_t> data_shape_;  // the source's, when it knows it beforehand
   std::vector<int64_t> indices_;
   int64_t epoch_ = 0;
 
@@ -115,7 +120,6 @@ class Loader {
   int64_t end_item_ = 0;
   int64_t next_batch_ = 0;  // the batch next() hands out next
   bool stopping_ = false;
-  std::exception_ptr error_;
 
   mutable std::mutex bad_mutex_;
   mutable std::set<int64_t> reported_bad_;  // indices already warned about

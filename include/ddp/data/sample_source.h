@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -38,6 +39,13 @@ class SampleSource {
   /// Sample `context.index`. A file that cannot be read or decoded throws IoError or DataError
   /// naming it (the loader's on_bad_sample policy applies to those two only).
   virtual Example get(const SampleContext& context) const = 0;
+
+  /// The shape of every sample's float32 data, when the source knows it beforehand (empty: it
+  /// does not). The loader then allocates each batch at once and calls write() for its rows.
+  virtual std::vector<int64_t> data_shape() const { return {}; }
+  /// Writes sample `context.index`'s data into `row` (data_shape(), float32, possibly strided)
+  /// and returns its target: the same as get(), without a tensor per sample and its copy.
+  virtual torch::Tensor write(const SampleContext& context, const torch::Tensor& row) const;
 };
 
 /// An in-memory image set with the per-batch transforms of transforms.h: float32 CHW images and
