@@ -11,9 +11,9 @@
 # rank). Medians of the rounds; the last line is the steady images/s ratio ddp-train / PyTorch
 # as N.NNx.
 #
-# Not alike: ddp-train's resnet18 turns every BatchNorm into a SyncBatchNorm on 2 ranks (two
-# extra all-reduces per layer and step); PyTorch's SyncBatchNorm has no CPU implementation, so
-# the reference runs plain BatchNorm2d, as pytorch/examples' imagenet/main.py does by default.
+# Alike: both normalise and flip as torchvision's ImageNet example does, and both keep each
+# rank's batch statistics (ddp-train --local-batchnorm; PyTorch's SyncBatchNorm has no CPU
+# implementation, and pytorch/examples' imagenet/main.py runs plain BatchNorm2d by default).
 #
 # usage: bench/imagefolder_e2e.sh DIR [ROUNDS (2)] [STEPS (35)]
 #   DIR: an ImageFolder root with train/ (bench/make_imagefolder.py writes one)
@@ -72,7 +72,8 @@ EOF
 run_ours() {
   "$build/ddp-train" --dataset imagefolder --data-dir "$dir" --model resnet18 --image-size 112 \
     --nproc-per-node "$ranks" --batch-size "$batch" --max-steps "$steps" --epochs 1 --no-eval \
-    --lr 0.1 --momentum 0.9 --log-every 1000000 --metrics "$out/$1.jsonl" \
+    --lr 0.1 --momentum 0.9 --normalize --hflip --local-batchnorm --log-every 1000000 \
+    --metrics "$out/$1.jsonl" \
     --step-trace "$out/$1" "${extra[@]}" >"$out/$1.log" 2>&1 ||
     { cat "$out/$1.log" >&2; exit 1; }
 }

@@ -1,16 +1,20 @@
 // ddp.cpp's side of bench/loader.sh: images per second through the loader on an image folder.
-//   bench-loader --dir DIR --pipeline train|eval|decode [--threads N] [--batch-size 64]
-//                [--images N] [--warmup-batches 2] [--scaled-decode on|off]
+//   bench-loader --dir DIR --pipeline train|eval|decode|index [--threads N] [--batch-size 64]
+//                [--images N] [--warmup-batches 2] [--scaled-decode on|off] [--image-size 224]
 // train: DIR/train through RandomResizedCrop(224) + flip + normalise, shuffled; eval: DIR/val
 // through Resize(256) + CenterCrop(224) + normalise, in order; decode: the full-size decode alone
-// of DIR/train's files, read into memory first (as tjbench decodes from memory), on N threads.
-// Prints one line: images_per_second=... images=... seconds=...
+// of DIR/train's files, read into memory first (as tjbench decodes from memory), on N threads;
+// index: building DIR/train's index alone (what a job pays once at start-up).
+// Prints one line: images_per_second=... images=... seconds=... (index: also index_bytes=...)
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,12 +37,15 @@ struct Settings {
   std::string dir, pipeline = "train";
   int threads = 1;
   int64_t batch_size = 64, images = 2048, warmup_batches = 2;
+  int image_size = 224;
   bool scaled_decode = true;
 };
 
 constexpr const char* kUsage =
-    "usage: bench-loader --dir DIR --pipeline train|eval|decode [--threads N] [--batch-size 64]\n"
-    "                    [--images N] [--warmup-batches K] [--scaled-decode on|off]\n";
+    "usage: bench-loader --dir DIR --pipeline train|eval|decode|index [--threads N]\n"
+    "                    [--batch-size 64]\n"
+    "                    [--images N] [--warmup-batches K] [--scaled-decode on|off]\n"
+    "                    [--image-size 224]\n";
 
 Settings parse(int argc, char** argv) {
   Settings s;
@@ -50,26 +57,24 @@ Settings parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw ddp::InvalidArgument(flag + " needs a value");
     const std::string v = argv[i + 1];
-    if (flag == "--dir")
-      s.dir = v;
-    else if (flag == "--pipeline")
-      s.pipeline = v;
-    else if (flag == "--threads")
-      s.threads = std::stoi(v);
-    else if (flag == "--batch-size")
-      s.batch_size = std::stoll(v);
-    else if (flag == "--images")
-      s.images = std::stoll(v);
-    else if (flag == "--warmup-batches")
-      s.warmup_batches = std::stoll(v);
-    else if (flag == "--scaled-decode")
-      s.scaled_decode = v == "on";
-    else
-      throw ddp::InvalidArgument("unknown flag " + flag);
+    const std::map<std::string, std::function<void()>> setters = {
+        {"--dir", [&] { s.dir = v; }},
+        {"--pipeline", [&] { s.pipeline = v; }},
+        {"--threads", [&] { s.threads = std::stoi(v); }},
+        {"--batch-size", [&] { s.batch_size = std::stoll(v); }},
+        {"--images", [&] { s.images = std::stoll(v); }},
+        {"--warmup-batches", [&] { s.warmup_batches = std::stoll(v); }},
+        {"--scaled-decode", [&] { s.scaled_decode = v == "on"; }},
+        {"--image-size", [&] { s.image_size = std::stoi(v); }},
+    };
+    const auto setter = setters.find(flag);
+    if (setter == setters.end()) throw ddp::InvalidArgument("unknown flag " + flag + "\n" + kUsage);
+    setter->second();
   }
   if (s.dir.empty()) throw ddp::InvalidArgument("--dir DIR is required");
-  if (s.pipeline != "train" && s.pipeline != "eval" && s.pipeline != "decode") {
-    throw ddp::InvalidArgument("--pipeline is train, eval or decode");
+  if (s.pipeline != "train" && s.pipeline != "eval" && s.pipeline != "decode" &&
+      s.pipeline != "index") {
+    throw ddp::InvalidArgument("--pipeline is train, eval, decode or index");
   }
   return s;
 }
@@ -77,6 +82,16 @@ Settings parse(int argc, char** argv) {
 void report(int64_t images, double seconds) {
   std::printf("images_per_second=%.1f images=%lld seconds=%.3f\n", double(images) / seconds,
               (long long)images, seconds);
+}
+
+void bench_index(const Settings& s) {
+  const auto start = Clock::now();
+  const ddp::data::ImageFolder folder(s.dir + "/train");
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf(
+      "images_per_second=%.1f images=%zu seconds=%.3f index_bytes=%zu bytes_per_sample=%.1f\n",
+      double(folder.size()) / seconds, folder.size(), seconds, folder.index_bytes(),
+      double(folder.index_bytes()) / double(folder.size()));
 }
 
 void bench_decode(const Settings& s) {
@@ -107,6 +122,7 @@ void bench_pipeline(const Settings& s) {
   auto folder = std::make_shared<ddp::data::ImageFolder>(s.dir + (train ? "/train" : "/val"));
   ddp::data::ImagePipelineOptions p;
   p.kind(train ? Kind::kTrain : Kind::kEval).scaled_decode(s.scaled_decode);
+  p.size(s.image_size).resize(int(std::lround(s.image_size * 256.0 / 224.0)));
   auto source = std::make_shared<ddp::data::ImageFolderSource>(folder, p);
   ddp::data::Loader loader(
       source, ddp::data::LoaderOptions().batch_size(s.batch_size).threads(s.threads).prefetch(4));
@@ -137,7 +153,9 @@ int main(int argc, char** argv) {
     ddp::retain_freed_memory();
     torch::set_num_threads(1);
     const Settings s = parse(argc, argv);
-    if (s.pipeline == "decode") {
+    if (s.pipeline == "index") {
+      bench_index(s);
+    } else if (s.pipeline == "decode") {
       bench_decode(s);
     } else {
       bench_pipeline(s);
