@@ -78,7 +78,7 @@ fi
 # Every optional part (cmake/OptionalParts.cmake) is asked for: a package missing from the list
 # above fails the configure step, naming it. oneDNN's layers need oneDNN 2.x (Debian 12's).
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
-for part in GZIP JPEG PNG DOWNLOAD TOML TENSORBOARD PLOT; do cmake_args+=(-DDDP_WITH_$part=ON); done
+for part in GZIP JPEG PNG DOWNLOAD TOML TENSORBOARD PLOT CAIRO; do cmake_args+=(-DDDP_WITH_$part=ON); done
 if [[ $(dpkg-query -W -f='${Version}' libdnnl-dev) == 2.* ]]; then
   cmake_args+=(-DDDP_WITH_ONEDNN=ON)
 else
