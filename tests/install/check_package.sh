@@ -2,8 +2,8 @@
 # The installed package as its users meet it: installs BUILD_DIR into a temporary prefix, then
 # builds examples/ out of tree against it, twice:
 #  1. the core alone (find_package(ddp), ddp::ddp): its configure step must look for none of the
-#     data component's libraries, and the program must load neither libcurl, libarchive, OpenSSL
-#     nor protobuf;
+#     data component's libraries, and the program must load neither libcurl, libarchive, OpenSSL,
+#     TurboJPEG, libspng nor protobuf;
 #  2. with the components (find_package(ddp COMPONENTS data models)).
 # Each program then runs under the installed ddprun on 2 ranks. scripts/test.sh runs this after
 # the suite.
@@ -31,11 +31,11 @@ done
 cmake -S examples -B "$prefix/core" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$prefix/usr" -DDDP_EXAMPLES_CORE_ONLY=ON >/dev/null
 cmake --build "$prefix/core" >/dev/null
-looked_for=$(grep -Ei '^(curl|libarchive|openssl|zlib|protobuf|dnnl)_[a-z_]*:' "$prefix/core/CMakeCache.txt" || true)
+looked_for=$(grep -Ei '^(curl|libarchive|openssl|zlib|protobuf|dnnl|turbojpeg|spng)_[a-z_]*:' "$prefix/core/CMakeCache.txt" || true)
 [[ -z $looked_for ]] || fail "the core-only consumer's configure looked for: $looked_for"
-loaded=$(ldd "$prefix/core/minimal" | grep -E 'libcurl|libarchive|libssl|libcrypto|libprotobuf' || true)
+loaded=$(ldd "$prefix/core/minimal" | grep -E 'libcurl|libarchive|libssl|libcrypto|libprotobuf|libturbojpeg|libspng' || true)
 [[ -z $loaded ]] || fail "the core-only consumer loads: $loaded"
-say "core only: configured and linked without libcurl, libarchive, OpenSSL, zlib or protobuf"
+say "core only: configured and linked without libcurl, libarchive, OpenSSL, zlib, TurboJPEG, libspng or protobuf"
 "$prefix/usr/bin/ddprun" --nproc-per-node 2 -- "$prefix/core/minimal" | tee "$prefix/core.out"
 grep -q "epoch 5: mean loss" "$prefix/core.out" || fail "the core-only example did not train"
 
@@ -45,4 +45,6 @@ cmake -S examples -B "$prefix/all" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$prefix/all" >/dev/null
 "$prefix/usr/bin/ddprun" --nproc-per-node 2 -- "$prefix/all/train_net" | tee "$prefix/all.out"
 grep -q "epoch 3: loss" "$prefix/all.out" || fail "the components' example did not train"
+"$prefix/usr/bin/ddprun" --nproc-per-node 2 -- "$prefix/all/train_table" | tee "$prefix/table.out"
+grep -q "epoch 5: loss" "$prefix/table.out" || fail "the non-image example did not train"
 say "passed: the installed package builds its consumers, core alone and with its components"
