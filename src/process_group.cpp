@@ -17,6 +17,7 @@
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "process_group_backends.h"
+#include "rendezvous_wait.h"
 #include "torch_compat.h"
 #include "unique_fd.h"
 
@@ -231,10 +232,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
+      if (!server) {
+        wait_for_store_server(master_host, world.master_port, options.rendezvous_timeout(), rank);
+      }
       store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout());
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
+      if (rank != 0) wait_for_store_server(master_host, port, options.rendezvous_timeout(), rank);
       store = tcp_store(master_host, port, rank == 0, size, options.rendezvous_timeout());
     } else if (url.rfind("file://", 0) == 0) {
       const std::string path = url.substr(7);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "rendezvous_wait.h"
 #include "torch_compat.h"
 
 namespace ddp {
@@ -54,18 +56,30 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   }
   const std::string mine = std::to_string(size_);
   store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
-  const auto deadline = Clock::now() + timeout;
-  std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
-    const std::string key = "rendezvous/rank/" + std::to_string(r);
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    try {
-      wait_for_keys(*store_, {key}, std::max(left, std::chrono::milliseconds(1)));
-    } catch (const std::exception&) {
-      missing.push_back(r);
-      continue;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back("rendezvous/rank/" + std::to_string(r));
+  auto missing_ranks = [&] {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store_->check({keys[size_t(r)]})) missing.push_back(r);
     }
+    return missing;
+  };
+  // Rank 0 says every few seconds who is there and who is not.
+  wait_with_progress(
+      [&] { return store_->check(keys); }, timeout,
+      [&](double waited, double left) {
+        if (rank_ != 0) return;
+        const std::vector<int> missing = missing_ranks();
+        std::fprintf(stderr,
+                     "ddp: rendezvous: %d of %d ranks present, waiting for rank(s) %s: %.0f s so "
+                     "far, %.0f s left\n",
+                     size_ - int(missing.size()), size_, rank_list(missing).c_str(), waited, left);
+      });
+  const std::vector<int> missing = missing_ranks();
+  for (int r = 0; r < size_; ++r) {
+    const std::string& key = keys[size_t(r)];
+    if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
     const std::vector<uint8_t> theirs = store_->get(key);
     const std::string their_size(theirs.begin(), theirs.end());
     if (their_size != mine) {

@@ -99,6 +99,11 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     const std::string* nodes = get(env, env::kSlurmJobNodelist);
     if (!nodes) nodes = get(env, env::kSlurmNodelist);
     if (nodes) w.master_addr = first_slurm_host(*nodes);
+    if (const std::string* job = get(env, env::kSlurmJobId)) {
+      const int id = parse_int(*job, concat("environment variable ", env::kSlurmJobId), 0, INT_MAX);
+      w.master_port = 15000 + id % 10000;
+      w.master_port_set = nodes != nullptr;  // a whole address: plain `srun ddp-train` works
+    }
     read_master(env, w);
   } else if (get(env, env::kOmpiRank) && get(env, env::kOmpiSize)) {
     w.source = "openmpi";

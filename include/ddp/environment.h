@@ -40,9 +40,12 @@ inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";  ///< loc
 inline constexpr char kSlurmTasksPerNode[] = "SLURM_TASKS_PER_NODE";
 /// The job's hosts, e.g. "node[01-04]": the first is the master where MASTER_ADDR is absent.
 inline constexpr char kSlurmJobNodelist[] = "SLURM_JOB_NODELIST";
-inline constexpr char kSlurmNodelist[] = "SLURM_NODELIST";   ///< older Slurm's name for it
-inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";  ///< rank
-inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";  ///< world size
+inline constexpr char kSlurmNodelist[] = "SLURM_NODELIST";  ///< older Slurm's name for it
+/// The job's number: the master's port, where MASTER_PORT is absent, is 15000 + its last four
+/// digits (PyTorch Lightning's rule), the same on every task and different for concurrent jobs.
+inline constexpr char kSlurmJobId[] = "SLURM_JOB_ID";
+inline constexpr char kOmpiRank[] = "OMPI_COMM_WORLD_RANK";             ///< rank
+inline constexpr char kOmpiSize[] = "OMPI_COMM_WORLD_SIZE";             ///< world size
 inline constexpr char kOmpiLocalRank[] = "OMPI_COMM_WORLD_LOCAL_RANK";  ///< local rank
 inline constexpr char kOmpiLocalSize[] = "OMPI_COMM_WORLD_LOCAL_SIZE";  ///< local world size
 

@@ -7,6 +7,8 @@
 namespace ddp {
 namespace {
 
+using Env = std::map<std::string, std::string>;
+
 TEST(WorldInfo, NoLauncherIsOneProcess) {
   const WorldInfo w = WorldInfo::from_map({});
   EXPECT_EQ(w.rank, 0);
@@ -50,6 +52,24 @@ TEST(WorldInfo, Slurm) {
   EXPECT_EQ(w.local_world_size, 4);
   EXPECT_EQ(w.group_rank, 2);
   EXPECT_EQ(w.master_addr, "gpu03");
+}
+
+// Under Slurm without MASTER_ADDR/MASTER_PORT: the first host, and a port from the job's number
+// (PyTorch Lightning's rule), so a plain `srun ddp-train ...` meets.
+TEST(WorldInfo, SlurmDerivesTheMasterPortFromTheJobId) {
+  const Env base = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[7-8]"}};
+  Env env = base;
+  env["SLURM_JOB_ID"] = "4321987";
+  WorldInfo w = WorldInfo::from_map(env);
+  EXPECT_EQ(w.master_addr, "n7");
+  EXPECT_EQ(w.master_port, 15000 + 1987);
+  EXPECT_TRUE(w.master_port_set);
+  env["MASTER_PORT"] = "23456";  // the user's wins
+  EXPECT_EQ(WorldInfo::from_map(env).master_port, 23456);
+  EXPECT_FALSE(WorldInfo::from_map(base).master_port_set);  // no job id: nothing to derive
+  env = base;
+  env["SLURM_JOB_ID"] = "x12";
+  EXPECT_THROW(WorldInfo::from_map(env), InvalidArgument);
 }
 
 TEST(WorldInfo, SlurmMasterAddrOverridesNodelist) {
