@@ -16,6 +16,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
+#include "checkpoint_internal.h"
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
 #include "pickle_guard.h"
@@ -302,17 +303,27 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
 
 void save_checkpoint(const std::string& path, const torch::nn::Module& module,
                      torch::optim::Optimizer& optimizer, const CheckpointState& state) {
+  write_checkpoint_value(path, checkpoint_value(module, optimizer, state));
+}
+
+c10::IValue checkpoint_value(const torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                             const CheckpointState& state) {
   GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("format", std::string(kFormatName));
   dict.insert("version", kCheckpointVersion);
   dict.insert("model", state_dict_of(module));
   save_optimizer_state(dict, module, optimizer);
   dict.insert("epoch", state.epoch);
+  dict.insert("step_in_epoch", state.step_in_epoch);
   dict.insert("global_step", state.global_step);
   dict.insert("world_size", state.world_size);
   dict.insert("config", state.config);
   if (state.rng_state.defined()) dict.insert("rng.torch", state.rng_state);
-  const std::vector<char> bytes = pickle_for_python(c10::IValue(dict));
+  return c10::IValue(dict);
+}
+
+void write_checkpoint_value(const std::string& path, const c10::IValue& checkpoint) {
+  const std::vector<char> bytes = pickle_for_python(checkpoint);
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
@@ -337,6 +348,8 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
   if (optimizer != nullptr) load_optimizer_state(dict, module, *optimizer, path);
   CheckpointState state;
   state.epoch = field(dict, "epoch", path).toInt();
+  auto step = dict.find("step_in_epoch");  // absent before step checkpoints: an epoch's end
+  if (step != dict.end() && step->value().isInt()) state.step_in_epoch = step->value().toInt();
   state.global_step = field(dict, "global_step", path).toInt();
   state.world_size = field(dict, "world_size", path).toInt();
   state.config = field(dict, "config", path).toStringRef();
@@ -400,24 +413,35 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
   for (auto& [name, target] : targets) target.copy_(state.at(name));
 }
 
-std::string checkpoint_path(const std::string& dir, int64_t epoch) {
-  char name[64];
-  std::snprintf(name, sizeof name, "checkpoint-epoch-%04lld.pt", static_cast<long long>(epoch));
+std::string checkpoint_path(const std::string& dir, int64_t epoch, int64_t step_in_epoch) {
+  char name[80];
+  if (step_in_epoch > 0) {
+    std::snprintf(name, sizeof name, "checkpoint-epoch-%04lld-step-%08lld.pt",
+                  static_cast<long long>(epoch), static_cast<long long>(step_in_epoch));
+  } else {
+    std::snprintf(name, sizeof name, "checkpoint-epoch-%04lld.pt", static_cast<long long>(epoch));
+  }
   return dir + "/" + name;
 }
 
 namespace {
-// (epoch, path) of every finished checkpoint in dir; temporary files are ignored.
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
+// ((epoch, step in the epoch), path) of every finished checkpoint in dir, oldest first;
+// temporary files are ignored.
+std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> list_checkpoints(
+    const std::string& dir) {
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> out;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
-    long long epoch = 0;
+    long long epoch = 0, step = 0;
     char tail[8] = {0};
-    if (std::sscanf(e->d_name, "checkpoint-epoch-%lld%7s", &epoch, tail) == 2 &&
+    const std::string path = dir + "/" + e->d_name;
+    if (std::sscanf(e->d_name, "checkpoint-epoch-%lld-step-%lld%7s", &epoch, &step, tail) == 3 &&
         std::strcmp(tail, ".pt") == 0) {
-      out.emplace_back(epoch, dir + "/" + e->d_name);
+      out.push_back({{epoch, step}, path});
+    } else if (std::sscanf(e->d_name, "checkpoint-epoch-%lld%7s", &epoch, tail) == 2 &&
+               std::strcmp(tail, ".pt") == 0) {
+      out.push_back({{epoch, 0}, path});
     }
   }
   ::closedir(d);

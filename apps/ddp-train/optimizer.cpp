@@ -87,6 +87,13 @@ void TrainOptimizer::save(const std::string& path, const torch::nn::Module& mode
   if (is_root) save_checkpoint(path, model, zero_ ? *consolidated : *plain_, state);
 }
 
+void TrainOptimizer::save_async(AsyncCheckpointWriter& writer, const std::string& path,
+                                const torch::nn::Module& model, const CheckpointState& state,
+                                bool is_root) {
+  std::unique_ptr<torch::optim::Optimizer> consolidated = zero_ ? zero_->consolidate(0) : nullptr;
+  if (is_root) writer.write(path, model, zero_ ? *consolidated : *plain_, state);
+}
+
 int64_t TrainOptimizer::local_state_bytes() const {
   return zero_ ? zero_->local_state_bytes() : optimizer_state_bytes(*plain_);
 }

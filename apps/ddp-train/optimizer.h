@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "ddp/async_checkpoint.h"
 #include "ddp/checkpoint.h"
 #include "ddp/process_group.h"
 #include "ddp/zero.h"
@@ -38,6 +39,9 @@ class TrainOptimizer {
   /// Every rank calls it (sharded state is gathered on rank 0 first); rank 0 writes `path`.
   void save(const std::string& path, const torch::nn::Module& model, const CheckpointState& state,
             bool is_root);
+  /// The same, written by `writer` in the background after a copy into host memory.
+  void save_async(AsyncCheckpointWriter& writer, const std::string& path,
+                  const torch::nn::Module& model, const CheckpointState& state, bool is_root);
 
   /// This rank's optimizer state in bytes (its shard's, sharded).
   int64_t local_state_bytes() const;

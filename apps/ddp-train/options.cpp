@@ -316,6 +316,12 @@ const cli::FlagTable<O>& table() {
           int_flag<O>("--checkpoint-every", "N",
                       "write a checkpoint every N epochs (default 1; the last epoch always)",
                       &O::checkpoint_every, 1, 1000000),
+          int_flag<O>("--checkpoint-every-steps", "N",
+                      "also write a checkpoint every N steps, mid-epoch, without stopping "
+                      "training: the state is copied into memory at the step's end and written "
+                      "by a background thread; a resume from it at the same world size is "
+                      "bit-exact (default 0: only at epoch ends)",
+                      &O::checkpoint_every_steps, 0, kHuge),
           int_flag<O>("--keep", "K", "keep the K newest checkpoints (default 3)", &O::keep, 1,
                       1000000),
           text_flag<O>("--resume", "PATH|auto",
@@ -356,6 +362,9 @@ void check_combinations(const TrainOptions& options) {
   if (!options.resume.empty() && !options.init_from.empty()) {
     throw InvalidArgument(
         "--resume and --init-from exclude each other: a checkpoint already holds the weights");
+  }
+  if (options.checkpoint_every_steps > 0 && options.checkpoint_dir.empty()) {
+    throw InvalidArgument("--checkpoint-every-steps needs --checkpoint-dir (where to write them)");
   }
   if (!options.download_md5.empty() && options.download_url.empty()) {
     throw InvalidArgument("--download-md5 only applies together with --download-url");

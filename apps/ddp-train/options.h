@@ -89,7 +89,8 @@ struct TrainOptions {
   bool lockstep_baseline = false;       // benchmark: ... but wait for each other every step
   // Checkpoints and interop.
   std::string checkpoint_dir;
-  int checkpoint_every = 1;  // epochs
+  int checkpoint_every = 1;            // epochs
+  int64_t checkpoint_every_steps = 0;  // > 0: also every N steps, written in the background
   int keep = 3;
   std::string resume;       // PATH or "auto"
   std::string export_path;  // state dict for Python, written at the end

@@ -71,7 +71,8 @@ Clock::time_point now_after(torch::Device device, bool exact) {
 
 // Where a run starts: after a checkpoint's epoch and step, or at the beginning.
 struct Position {
-  int epoch = 1;  // the first epoch to train
+  int epoch = 1;              // the first epoch to train
+  int64_t step_in_epoch = 0;  // its steps already taken (a mid-epoch checkpoint's)
   int64_t global_step = 0;
 };
 
@@ -100,11 +101,16 @@ Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& 
     if (state.world_size != s.world.world_size) {
       std::printf(
           "note: the checkpoint was written with world size %lld, this run has %d: the data is "
-          "re-sharded, so the result is not bit-identical to an uninterrupted run\n",
-          (long long)state.world_size, s.world.world_size);
+          "re-sharded, so the result is not bit-identical to an uninterrupted run%s\n",
+          (long long)state.world_size, s.world.world_size,
+          state.step_in_epoch > 0 ? "; its epoch starts again from the beginning" : "");
+    } else if (state.step_in_epoch > 0) {
+      std::printf("  and %lld step(s) into epoch %lld: training goes on from the next one\n",
+                  (long long)state.step_in_epoch, (long long)state.epoch + 1);
     }
   }
-  return {int(state.epoch) + 1, state.global_step};
+  const bool same_world = state.world_size == s.world.world_size;
+  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step};
 }
 
 // Everything an epoch of training works with, set up once.
@@ -121,6 +127,7 @@ struct Training {
   Reporter& reporter;
   const Fault fault;
   int64_t global_step;
+  AsyncCheckpointWriter& step_checkpoints;  // --checkpoint-every-steps
 };
 
 // One epoch's running totals on this rank.
@@ -206,12 +213,37 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   return true;
 }
 
-// One epoch of training; returns its report (without the evaluation), the same on every rank.
-EpochReport train_epoch(Training& t, int epoch) {
+// The run's place after step `steps_taken` of epoch `epoch`, for a checkpoint.
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
+  CheckpointState state;
+  state.epoch = steps_taken > 0 ? epoch - 1 : epoch;
+  state.step_in_epoch = steps_taken;
+  state.global_step = t.global_step;
+  state.world_size = t.setup.world.world_size;
+  state.config = config_text(t.options);
+  state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  return state;
+}
+
+// --checkpoint-every-steps: after `steps_taken` steps of `steps`, a snapshot written in the
+// background (an epoch's last step leaves it to the epoch's checkpoint).
+void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t steps) {
+  const int64_t every = t.options.checkpoint_every_steps;
+  if (every <= 0 || t.global_step % every != 0 || steps_taken >= steps) return;
+  const auto start = Clock::now();
+  t.optimizer.save_async(t.step_checkpoints,
+                         checkpoint_path(t.options.checkpoint_dir, epoch - 1, steps_taken),
+                         *t.setup.model, position_of(t, epoch, steps_taken), t.setup.is_root());
+  t.timeline.span(concat("checkpoint snapshot at step ", t.global_step), start, Clock::now());
+}
+
+// One epoch of training from step `first_step` (a mid-epoch checkpoint's); returns its report
+// (without the evaluation), the same on every rank.
+EpochReport train_epoch(Training& t, int epoch, int64_t first_step) {
   const TrainOptions& o = t.options;
   t.sampler.set_epoch(epoch - 1);
   const int64_t bad_before = t.loader.bad_samples();
-  t.loader.start_epoch(t.sampler.indices(), epoch - 1);
+  t.loader.start_epoch(t.sampler.indices(), epoch - 1, first_step);
   const int64_t steps = steps_of(o, t.loader.num_batches());
   EpochTotals totals;
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));
@@ -225,7 +257,8 @@ EpochReport train_epoch(Training& t, int epoch) {
   });
   t.reporter.start_epoch(epoch, steps);
   const auto start = Clock::now();
-  for (int64_t step = 0; step < steps && train_step(t, totals, epoch, step); ++step) {
+  for (int64_t step = first_step; step < steps && train_step(t, totals, epoch, step); ++step) {
+    checkpoint_step_if_due(t, epoch, step + 1, steps);
   }
   if (join) join->join();  // shadowed steps count in global_step too
   ProcessGroup* group = t.setup.group.get();
@@ -276,12 +309,8 @@ void checkpoint_if_due(const Training& t, int epoch) {
   const TrainOptions& o = t.options;
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
   const auto start = Clock::now();
-  CheckpointState state;
-  state.epoch = epoch;
-  state.global_step = t.global_step;
-  state.world_size = t.setup.world.world_size;
-  state.config = config_text(o);
-  state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  t.step_checkpoints.wait();  // the last step checkpoint first: one writer of the folder
+  const CheckpointState state = position_of(t, epoch, 0);
   const bool root = t.setup.is_root();
   // A rank missing here is named, instead of the save's collectives timing out.
   if (t.setup.group)
@@ -313,17 +342,19 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   if (s.group) timeline.watch(s.group->recorder());
   reporter.set_class_names(s.data.class_names);
   reporter.start();
-  Training t{o,     s,        model, optimizer, sampler, loader,
-             trace, timeline, {},    reporter,  fault,   start.global_step};
+  AsyncCheckpointWriter step_checkpoints(o.keep);
+  Training t{o,        s,  model,    optimizer, sampler,           loader,          trace,
+             timeline, {}, reporter, fault,     start.global_step, step_checkpoints};
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
-    EpochReport report = train_epoch(t, epoch);
+    EpochReport report = train_epoch(t, epoch, epoch == start.epoch ? start.step_in_epoch : 0);
     if (!o.no_eval) add_evaluation(t, report.result);
     report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
     reporter.end_epoch(report, t.global_step);
     results.push_back(report.result);
     checkpoint_if_due(t, epoch);
   }
+  step_checkpoints.wait();  // a write error is the run's
   if (!o.export_path.empty() && s.is_root()) {
     export_state_dict(o.export_path, *s.model);
     std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
@@ -366,6 +397,10 @@ void print_plan(const TrainOptions& o, int world_size) {
   if (!o.checkpoint_dir.empty()) {
     std::printf("  checkpoints every %d epoch(s) in %s, keeping %d\n", o.checkpoint_every,
                 o.checkpoint_dir.c_str(), o.keep);
+    if (o.checkpoint_every_steps > 0) {
+      std::printf("  and every %lld steps, written in the background\n",
+                  (long long)o.checkpoint_every_steps);
+    }
   }
 }
 

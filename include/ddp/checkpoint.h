@@ -20,8 +20,9 @@ constexpr int64_t kCheckpointVersion = 1;
 
 /// Where a run stood when the checkpoint was written.
 struct CheckpointState {
-  int64_t epoch = 0;        // epochs completed
-  int64_t global_step = 0;  // optimizer steps taken
+  int64_t epoch = 0;          // epochs completed
+  int64_t step_in_epoch = 0;  // steps of the next epoch already taken (0: at an epoch's end)
+  int64_t global_step = 0;    // optimizer steps taken
   int64_t world_size = 1;
   std::string config;       // the effective configuration, as text
   torch::Tensor rng_state;  // torch's default CPU generator
@@ -53,9 +54,10 @@ std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
 void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& state,
                      const std::string& source);
 
-/// DIR/checkpoint-epoch-NNNN.pt
-std::string checkpoint_path(const std::string& dir, int64_t epoch);
-/// The checkpoint of the highest epoch in `dir`, or "" when there is none.
+/// DIR/checkpoint-epoch-NNNN.pt at an epoch's end, DIR/checkpoint-epoch-NNNN-step-SSSSSSSS.pt
+/// `step_in_epoch` steps into the next epoch.
+std::string checkpoint_path(const std::string& dir, int64_t epoch, int64_t step_in_epoch = 0);
+/// The newest checkpoint in `dir` (by epoch, then step in the epoch), or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
 /// Deletes all but the `keep` newest checkpoints in `dir`.
 void prune_checkpoints(const std::string& dir, int keep);
