@@ -152,6 +152,14 @@ int launch(const LaunchOptions& given) {
       print_hang_report(stderr, options.name(), options.debug_dir(), started_us);
       return 128 + sig;
     }
+    // A stopped (SIGSTOP) worker looks dead to its peers, whose collectives time out: say what
+    // it is, before stopping it too.
+    for (const Worker* w : workers.frozen()) {
+      std::fprintf(stderr,
+                   "%s: rank %d (local rank %d, pid %d) is frozen, not dead: it was stopped "
+                   "(SIGSTOP, or a debugger) and the others waited for it\n",
+                   options.name().c_str(), w->rank, w->local_rank, int(w->pid));
+    }
     workers.stop(options.grace_seconds());
     report_failure(options, workers.failed());
     print_hang_report(stderr, options.name(), options.debug_dir(), started_us);

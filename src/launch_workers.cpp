@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <utility>
 
@@ -298,6 +300,22 @@ size_t WorkerSet::root_cause() {
     pump_all(false);  // keep the pipes flowing so that no worker blocks on output
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // bounded by the deadline
   }
+}
+
+std::vector<const Worker*> WorkerSet::frozen() const {
+  std::vector<const Worker*> out;
+  for (const Worker& w : workers_) {
+    if (!w.running) continue;
+    // /proc/PID/stat: "PID (comm) S ...", the state after the last ')' (comm may hold one).
+    std::ifstream in(concat("/proc/", int(w.pid), "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size() &&
+        (stat[close + 2] == 'T' || stat[close + 2] == 't')) {
+      out.push_back(&w);
+    }
+  }
+  return out;
 }
 
 void WorkerSet::stop(double grace) {

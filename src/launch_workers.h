@@ -60,6 +60,9 @@ class WorkerSet {
   /// Relays output until all exit, one fails or `stop` notes a signal.
   WatchResult watch(const StopSignals& stop);
   /// SIGTERM to everyone still running, SIGKILL after `grace` seconds; reaps them all.
+  /// The workers still running that are frozen (stopped by SIGSTOP or a debugger: state T in
+  /// /proc), which wait like a hung rank but are neither dead nor hung; call before stop().
+  std::vector<const Worker*> frozen() const;
   void stop(double grace);
   /// After WatchResult::kWorkerFailed: the worker that failed for its own reason, if any did.
   const Worker& failed() const { return workers_[failed_]; }

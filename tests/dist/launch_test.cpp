@@ -197,6 +197,31 @@ TEST_F(LaunchTest, SigkilledWorkerEndsTheJobNamingItAndLeavesNothing) {
   EXPECT_TRUE(processes_with(marker()).empty());
 }
 
+// A SIGSTOPped worker: its peers' collectives time out, and the launcher names it as frozen,
+// not as dead, before it stops everyone (SIGKILL ends a stopped process too).
+TEST_F(LaunchTest, AFrozenWorkerIsNamedAsFrozen) {
+  test::TempDir out;
+  test::Child launcher(
+      {test::train_bin(), "--nproc-per-node", "2", "--data-dir", data_->path(), "--epochs", "50",
+       "--log-every", "1", "--timeout", "5", "--metrics", out / "m.jsonl"},
+      marked_env());
+  ASSERT_TRUE(wait_until(
+      [&] { return test::read_file(out / "m.jsonl").find("\"step\": 3,") != std::string::npos; },
+      120s))
+      << "training never started";
+  const int frozen = worker_pid(marker(), 1);
+  ASSERT_GT(frozen, 0);
+  ::kill(frozen, SIGSTOP);
+  const auto r = launcher.wait(60s);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("rank 1 (local rank 1, pid " + std::to_string(frozen) +
+                          ") is frozen, not dead"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(processes_with(marker()).empty());
+}
+
 TEST_F(LaunchTest, WorkerErrorIsReportedWithItsMessage) {
   const auto r = test::run({ddprun_bin(), "--nproc-per-node", "2", "--", test::train_bin(),
                             "--data-dir", "/nonexistent/data"},
