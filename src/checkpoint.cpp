@@ -20,9 +20,23 @@
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
 #include "pickle_guard.h"
+#include "python_pickle.h"
 #include "torch_compat.h"
 
 namespace ddp {
+
+std::vector<char> python_pickle(const c10::IValue& value, std::vector<at::Tensor>* tensors) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  if (tensors != nullptr) *tensors = pickler.tensorData();
+  return pickled;
+}
 namespace {
 
 using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
@@ -169,14 +183,8 @@ std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const 
 // 2.6 on (weights_only=True). Untagged, the file is only dicts, strings, ints and tensors, which
 // every torch.load accepts. The same calls exist in LibTorch 1.13 and 2.x.
 std::vector<char> pickle_for_python(const c10::IValue& value) {
-  std::vector<char> pickled;
-  torch::jit::Pickler pickler(
-      [&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); },
-      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
+  std::vector<at::Tensor> tensors;
+  const std::vector<char> pickled = python_pickle(value, &tensors);
   std::vector<char> archive;
   {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t size) {
@@ -184,8 +192,7 @@ std::vector<char> pickle_for_python(const c10::IValue& value) {
       archive.insert(archive.end(), b, b + size);
       return size;
     });
-    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
-                                       writer);
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), tensors, writer);
   }  // the writer's destructor writes the zip's central directory
   return archive;
 }

@@ -303,6 +303,8 @@ std::string FlightRecorder::dump(const std::string& reason) const {
   try {
     make_directories(dump_dir_);
     write_file_atomic(path, to_json(record));
+    const std::vector<char> dump = to_pytorch_dump(record);
+    write_file_atomic(pytorch_dump_path(dump_dir_, identity_.rank), dump.data(), dump.size());
     return path;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: cannot write the flight record: %s\n", identity_.rank,

@@ -3,6 +3,7 @@
 // that after a hang the ranks' records say which rank stopped where. ProcessGroup feeds it. When
 // a collective fails or times out, and when the process gets SIGTERM (a launcher stopping a hung
 // job), the record is written as JSON to the debug directory; hang_analysis.h compares the files.
+// PyTorch's own analyzer (torchfrtrace) reads the pickled dump written beside it.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +66,12 @@ std::string to_json(const RankRecord& record);
 RankRecord rank_record_from_json(const std::string& text, const std::string& where);
 /// The file a rank's record goes to in `dir`.
 std::string rank_record_path(const std::string& dir, int rank);
+
+/// The same record in PyTorch's flight-recorder dump format (a pickle), which PyTorch's
+/// analyzer reads: `torchfrtrace DIR` names the culprit of a hang from the ranks' dumps.
+std::vector<char> to_pytorch_dump(const RankRecord& record);
+/// Where the dump of `rank` goes in `dir` (PyTorch's naming: a prefix, then the rank).
+std::string pytorch_dump_path(const std::string& dir, int rank);
 
 /// Unix time now, in microseconds.
 int64_t unix_microseconds();

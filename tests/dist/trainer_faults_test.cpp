@@ -79,7 +79,8 @@ TEST_F(TrainerTest, HangingRankEndsTheJobAfterTheCollectiveTimeout) {
 
 // With --debug-dir every rank still alive writes its flight record (rank 0 when its all-reduce
 // times out, the hung rank on the launcher's SIGTERM), and the launcher's last line names the
-// rank the others waited for and the collective it never started; `analyze` says it again.
+// rank the others waited for and the collective it never started; `analyze` says it again, and
+// so does PyTorch's torchfrtrace from the dumps in its format.
 TEST_F(TrainerTest, HangingRankIsNamedFromTheFlightRecords) {
   for (const int workers : {2, 3}) {
     const test::TempDir out;
@@ -98,6 +99,13 @@ TEST_F(TrainerTest, HangingRankIsNamedFromTheFlightRecords) {
     EXPECT_EQ(last_line.rfind("ddp-train: rank 1 never started", 0), 0u) << r.output;
     for (int rank = 0; rank < workers; ++rank)
       EXPECT_TRUE(std::filesystem::exists(out / concat("d/flight-rank-", rank, ".json"))) << rank;
+    // PyTorch's own analyzer reads the dumps written beside the records, and names rank 1 too.
+    const auto pytorch = test::run(
+        {DDP_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace", out / "d"}, {}, 60s);
+    EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
+    EXPECT_NE(pytorch.output.find("Not all ranks joining collective"), std::string::npos)
+        << pytorch.output;
+    EXPECT_NE(pytorch.output.find("missing ranks: {1}"), std::string::npos) << pytorch.output;
     const auto analysis = test::run({test::train_bin(), "analyze", out / "d"}, {}, 60s);
     EXPECT_EQ(analysis.exit_code, 0) << analysis.output;
     EXPECT_EQ(analysis.output.substr(0, analysis.output.find('\n')),
