@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
+#include <thread>
 
+#include "ddp/checkpoint.h"
 #include "support/process.h"
 #include "support/trainer_fixture.h"
 
@@ -56,6 +59,37 @@ TEST_F(StepCheckpointTest, AKilledRunResumesMidEpochBitForBit) {
   EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-epoch-0001-step-00000009.pt",
                                              "checkpoint-epoch-0001-step-00000014.pt",
                                              "checkpoint-epoch-0002.pt"}));
+}
+
+// SIGKILL while checkpoints are written every step (so a kill most likely lands in a background
+// write): the newest finished checkpoint loads, and a partial file never has a checkpoint's name.
+TEST_F(StepCheckpointTest, AKillDuringABackgroundWriteLeavesTheNewestCheckpointLoadable) {
+  test::TempDir dir;
+  auto checkpoints = [&] {
+    int count = 0;
+    std::error_code error;
+    for (const auto& e : std::filesystem::directory_iterator(dir / "ck", error)) {
+      count += e.path().extension() == ".pt";
+    }
+    return count;
+  };
+  test::Child job({test::train_bin(), "--data-dir", data_->path(), "--model", "resnet", "--epochs",
+                   "5", "--no-eval", "--checkpoint-dir", dir / "ck", "--checkpoint-every-steps",
+                   "1", "--keep", "100"},
+                  {});
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (checkpoints() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);  // polling a folder another process writes: bounded
+  }
+  ASSERT_GE(checkpoints(), 4) << "no checkpoints";
+  ::kill(job.pid(), SIGKILL);
+  job.wait(30s);
+  const std::string newest = latest_checkpoint(dir / "ck");
+  ASSERT_FALSE(newest.empty());
+  const auto eval = test::run({test::train_bin(), "evaluate", "--checkpoint", newest, "--data-dir",
+                               data_->path(), "--model", "resnet"},
+                              {}, 120s);
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
 }
 
 TEST_F(StepCheckpointTest, NeedsACheckpointFolder) {
