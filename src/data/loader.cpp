@@ -5,6 +5,7 @@
 
 #include <c10/util/ParallelGuard.h>
 
+#include "data/splitmix.h"
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -18,14 +19,6 @@ struct Loader::Pending {
 };
 
 namespace {
-
-// SplitMix64's mixing: the replacement of a bad sample is a function of its coordinates alone.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::string shape_text(const torch::Tensor& t) {
   std::string s = "[";
@@ -190,8 +183,9 @@ void Loader::make_row(Pending& pending, const SampleContext& context) const {
           std::fprintf(stderr, "warning: skipping a bad sample: %s\n", e.what());
         }
       }
-      const uint64_t key = mix(options_.seed() ^ mix(uint64_t(context.epoch) ^
-                                                     mix(uint64_t(context.index) ^ mix(attempt))));
+      const uint64_t key = splitmix64(
+          options_.seed() ^ splitmix64(uint64_t(context.epoch) ^
+                                       splitmix64(uint64_t(context.index) ^ splitmix64(attempt))));
       c.index = int64_t(key % source_->size());
     }
   }

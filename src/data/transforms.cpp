@@ -2,20 +2,10 @@
 
 #include <random>
 
+#include "data/splitmix.h"
 #include "ddp/error.h"
 
 namespace ddp::data {
-namespace {
-
-// One generator per image, derived from its batch coordinates (SplitMix64 mixing).
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vector<float>& std) {
   switch (kind) {
@@ -46,8 +36,10 @@ void transform_image(const Dataset& dataset, size_t index, const TransformOption
   int dy = 0, dx = 0;
   bool flip = false;
   if (pad > 0 || options.horizontal_flip()) {
+    // One generator per image, derived from its batch coordinates.
     std::mt19937_64 rng(
-        mix(options.seed() ^ mix(uint64_t(epoch) ^ mix(uint64_t(batch) ^ mix(slot)))));
+        splitmix64(options.seed() ^
+                   splitmix64(uint64_t(epoch) ^ splitmix64(uint64_t(batch) ^ splitmix64(slot)))));
     if (pad > 0) {
       dy = int(rng() % uint64_t(2 * pad + 1)) - pad;
       dx = int(rng() % uint64_t(2 * pad + 1)) - pad;
