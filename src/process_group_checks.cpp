@@ -66,7 +66,7 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
     return missing;
   };
   // Rank 0 says every few seconds who is there and who is not.
-  wait_with_progress(
+  const bool everyone = wait_with_progress(
       [&] { return store_->check(keys); }, timeout,
       [&](double waited, double left) {
         if (rank_ != 0) return;
@@ -76,7 +76,9 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
                      "far, %.0f s left\n",
                      size_ - int(missing.size()), size_, rank_list(missing).c_str(), waited, left);
       });
-  const std::vector<int> missing = missing_ranks();
+  // Asked rank by rank only when someone is missing: a store round trip per rank at start-up
+  // otherwise, on every rank.
+  const std::vector<int> missing = everyone ? std::vector<int>() : missing_ranks();
   for (int r = 0; r < size_; ++r) {
     const std::string& key = keys[size_t(r)];
     if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
