@@ -25,10 +25,11 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool ends_with_any(const std::string& name, const std::vector<std::string>& extensions) {
-  const std::string l = lower(name);
+// Whether `lowered` (a file name in lower case) ends in one of `extensions`.
+bool ends_with_any(const std::string& lowered, const std::vector<std::string>& extensions) {
   for (const std::string& e : extensions) {
-    if (l.size() >= e.size() && l.compare(l.size() - e.size(), e.size(), e) == 0) return true;
+    if (lowered.size() >= e.size() && lowered.compare(lowered.size() - e.size(), e.size(), e) == 0)
+      return true;
   }
   return false;
 }
@@ -123,14 +124,15 @@ void ImageFolder::add_class(int label) {
   const size_t prefix = root_.size() + (root_.back() == '/' ? 0 : 1);  // paths below root
   for (const auto& [dir, names] : files) {
     for (const std::string& name : names) {
-      if (ends_with_any(name, kNotDecoded)) {
+      const std::string lowered = lower(name);  // torchvision's extensions: any case
+      if (ends_with_any(lowered, kNotDecoded)) {
         throw DataError(concat(dir, "/", name, ": this image format is not decoded by ddp.cpp (",
                                join(kDecoded),
                                " are); convert such files to PNG or JPEG, or "
                                "move them out of ",
                                root_));
       }
-      if (!ends_with_any(name, kDecoded)) continue;
+      if (!ends_with_any(lowered, kDecoded)) continue;
       paths_ += (fs::path(dir) / name).string().substr(prefix);
       offsets_.push_back(paths_.size());
       labels_.push_back(int32_t(label));

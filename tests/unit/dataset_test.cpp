@@ -10,21 +10,14 @@
 #include "ddp/data/idx.h"
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
+#include "support/error_of.h"
 #include "support/parts.h"
 #include "support/process.h"
 
 namespace ddp::data {
 namespace {
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 void write(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
 

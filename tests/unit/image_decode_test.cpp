@@ -9,6 +9,7 @@
 
 #include "ddp/data/image.h"
 #include "ddp/error.h"
+#include "support/error_of.h"
 #include "support/parts.h"
 #include "support/pil_reference.h"
 
@@ -20,15 +21,7 @@ const test::PilReference& reference() {
   return files;
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 bool is_jpeg_name(const std::string& name) { return name.find(".jpg") != std::string::npos; }
 
