@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "ddp/atomic_file.h"
 #include "ddp/checkpoint.h"

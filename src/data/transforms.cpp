@@ -3,6 +3,7 @@
 #include <random>
 
 #include "data/splitmix.h"
+#include "ddp/data/image_pipeline.h"
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -22,8 +23,8 @@ void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vect
       std = {0.3081f};
       return;
     case DatasetKind::kImageFolder:  // ImageNet's, as torchvision's examples use for any folder
-      mean = {0.485f, 0.456f, 0.406f};
-      std = {0.229f, 0.224f, 0.225f};
+      mean = kImageNetMean;
+      std = kImageNetStd;
       return;
   }
 }
