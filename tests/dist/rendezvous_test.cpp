@@ -95,7 +95,7 @@ TEST_F(RendezvousTest, TwoWorkersGivenOnlySlurmsVariablesTrainTogether) {
         {"SLURM_NODEID", "0"},
         {"SLURM_NTASKS", "2"},
         {"SLURM_NTASKS_PER_NODE", "2"},
-        {"SLURM_JOB_NODELIST", "localhost"},
+        {"SLURM_JOB_NODELIST", "127.0.0.1"},
         {"SLURM_JOB_ID", std::to_string(70000 + port - 15000)},
         {"CUDA_VISIBLE_DEVICES", ""}};
   };
