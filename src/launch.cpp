@@ -15,6 +15,7 @@
 #include "ddp/error.h"
 #include "ddp/flight_recorder.h"
 #include "ddp/hang_analysis.h"
+#include "elastic_agent.h"
 #include "launch_guards.h"
 #include "launch_workers.h"
 #include "unique_fd.h"
@@ -35,18 +36,44 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
-std::string describe_exit(int status) {
-  if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
-  if (exited_with(status, kExitPeerFailure))
-    return concat("exited with code ", kExitPeerFailure,
-                  " (it lost a peer: another rank exited or stopped answering)");
-  return concat("exited with code ", WEXITSTATUS(status));
+// The elastic rendezvous's options (rdzv_backend "c10d").
+void validate_elastic(const LaunchOptions& o) {
+  if (o.rdzv_backend() == "static") {
+    if (o.min_nodes() > 0 && o.min_nodes() != o.nnodes())
+      throw InvalidArgument("a range of nodes (MIN:MAX) needs the rdzv_backend c10d");
+    if (!o.rdzv_endpoint().empty())
+      throw InvalidArgument("rdzv_endpoint needs the rdzv_backend c10d (static: master_addr)");
+    return;
+  }
+  if (o.rdzv_backend() != "c10d") {
+    throw InvalidArgument(
+        concat("rdzv_backend '", o.rdzv_backend(), "' is not known; use static or c10d"));
+  }
+  if (o.rdzv_endpoint().empty())
+    throw InvalidArgument("the c10d rendezvous needs rdzv_endpoint HOST:PORT");
+  parse_endpoint(o.rdzv_endpoint());
+  if (o.min_nodes() > o.nnodes()) {
+    throw InvalidArgument(concat("nnodes ", o.min_nodes(), ":", o.nnodes(), ": MIN ", o.min_nodes(),
+                                 " is more than MAX ", o.nnodes()));
+  }
+  if (o.rdzv_id().empty() || o.rdzv_id().find_first_of(" \t\n/") != std::string::npos)
+    throw InvalidArgument(concat("rdzv_id '", o.rdzv_id(), "' must be a word (no spaces or /)"));
+  if (!(o.join_timeout() > 0) || !(o.last_call() >= 0) || !(o.keep_alive() > 0) ||
+      o.keep_alive_max_attempt() < 1 || !(o.monitor_interval() > 0)) {
+    throw InvalidArgument(
+        "join_timeout, keep_alive and monitor_interval must be > 0, last_call >= 0 and "
+        "keep_alive_max_attempt >= 1");
+  }
 }
 
 void validate(const LaunchOptions& o) {
   if (o.command().empty()) throw InvalidArgument("command is empty: no program to run");
   if (o.nproc_per_node() < 1) throw InvalidArgument("nproc_per_node must be at least 1");
   if (o.nnodes() < 1) throw InvalidArgument("nnodes must be at least 1");
+  if (o.max_restarts() < 0) throw InvalidArgument("max_restarts must be >= 0");
+  if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
+  validate_elastic(o);
+  if (o.rdzv_backend() == "c10d") return;  // node_rank and the master come from the rendezvous
   if (o.node_rank() < 0 || o.node_rank() >= o.nnodes()) {
     throw InvalidArgument(
         concat("node_rank ", o.node_rank(), " is not in [0, nnodes) = [0, ", o.nnodes(), ")"));
@@ -58,8 +85,6 @@ void validate(const LaunchOptions& o) {
     throw InvalidArgument(
         "master_addr must be rank 0's address reachable by every node with nnodes > 1");
   }
-  if (o.max_restarts() < 0) throw InvalidArgument("max_restarts must be >= 0");
-  if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
 }
 
 // Each local rank's CPUs under CpuBind::kCores (empty otherwise), said once on stderr.
@@ -75,16 +100,6 @@ std::vector<std::vector<int>> bind_cpus(const LaunchOptions& o) {
   std::fprintf(stderr, "%s: CPUs of each local rank (cpu_bind cores): %s\n", o.name().c_str(),
                text.c_str());
   return shares;
-}
-
-// The failed worker, how it ended and its last words, after the others were stopped.
-void report_failure(const LaunchOptions& o, const Worker& w) {
-  std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; stopped the other workers\n",
-               o.name().c_str(), w.rank, w.local_rank, int(w.pid), describe_exit(w.status).c_str());
-  if (!w.stderr_tail.empty()) {
-    std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", o.name().c_str(), w.rank);
-    for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
-  }
 }
 
 }  // namespace
@@ -131,6 +146,10 @@ int launch(const LaunchOptions& given) {
     options.debug_dir(dir);
   if (!options.log_dir().empty()) make_directories(options.log_dir());
   const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);
+  if (options.rdzv_backend() == "c10d") {
+    const StopSignals stop;
+    return launch_elastic(options, stop, cpu_shares);
+  }
   const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   const StopSignals stop;
   // On one node the workers meet through a FileStore in a private directory instead of a TCP
@@ -152,14 +171,7 @@ int launch(const LaunchOptions& given) {
       print_hang_report(stderr, options.name(), options.debug_dir(), started_us);
       return 128 + sig;
     }
-    // A stopped (SIGSTOP) worker looks dead to its peers, whose collectives time out: say what
-    // it is, before stopping it too.
-    for (const Worker* w : workers.frozen()) {
-      std::fprintf(stderr,
-                   "%s: rank %d (local rank %d, pid %d) is frozen, not dead: it was stopped "
-                   "(SIGSTOP, or a debugger) and the others waited for it\n",
-                   options.name().c_str(), w->rank, w->local_rank, int(w->pid));
-    }
+    report_frozen(options, workers);
     workers.stop(options.grace_seconds());
     report_failure(options, workers.failed());
     print_hang_report(stderr, options.name(), options.debug_dir(), started_us);

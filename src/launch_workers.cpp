@@ -43,9 +43,9 @@ Pipe make_pipe() {
 // The variables the launcher sets itself. A value of one in its own environment is not passed
 // on: a launcher started inside another job must not hand that job's rank or store to its workers.
 constexpr const char* kLauncherVariables[] = {
-    env::kRank,          env::kWorldSize,  env::kLocalRank,  env::kLocalWorldSize,
-    env::kGroupRank,     env::kMasterAddr, env::kMasterPort, env::kRestartCount,
-    env::kUseAgentStore, env::kStoreFile,  env::kDebugDir,   env::kCpuBind};
+    env::kRank,       env::kWorldSize,  env::kLocalRank,    env::kLocalWorldSize, env::kGroupRank,
+    env::kMasterAddr, env::kMasterPort, env::kRestartCount, env::kUseAgentStore,  env::kStoreFile,
+    env::kDebugDir,   env::kCpuBind,    env::kStorePrefix};
 
 std::vector<std::string> inherited_environment() {
   std::vector<std::string> env;
@@ -99,15 +99,44 @@ bool reap(Worker& w, bool block) {
 
 }  // namespace
 
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
+  if (exited_with(status, kExitPeerFailure))
+    return concat("exited with code ", kExitPeerFailure,
+                  " (it lost a peer: another rank exited or stopped answering)");
+  return concat("exited with code ", WEXITSTATUS(status));
+}
+
+// The failed worker, how it ended and its last words, after the others were stopped.
+void report_failure(const LaunchOptions& o, const Worker& w) {
+  std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; stopped the other workers\n",
+               o.name().c_str(), w.rank, w.local_rank, int(w.pid), describe_exit(w.status).c_str());
+  if (!w.stderr_tail.empty()) {
+    std::fprintf(stderr, "%s: last stderr lines of rank %d:\n", o.name().c_str(), w.rank);
+    for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
+  }
+}
+
+void report_frozen(const LaunchOptions& o, const WorkerSet& workers) {
+  for (const Worker* w : workers.frozen()) {
+    std::fprintf(stderr,
+                 "%s: rank %d (local rank %d, pid %d) is frozen, not dead: it was stopped "
+                 "(SIGSTOP, or a debugger) and the others waited for it\n",
+                 o.name().c_str(), w->rank, w->local_rank, int(w->pid));
+  }
+}
+
 bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
 WorkerSet::WorkerSet(const LaunchOptions& options, int port, int restart, std::string store_file,
-                     std::vector<std::vector<int>> cpu_shares)
+                     std::vector<std::vector<int>> cpu_shares,
+                     std::vector<std::string> extra_environment)
     : o_(options),
       port_(port),
       restart_(restart),
       store_file_(std::move(store_file)),
-      cpu_shares_(std::move(cpu_shares)) {}
+      cpu_shares_(std::move(cpu_shares)),
+      extra_environment_(std::move(extra_environment)) {}
 
 void WorkerSet::start() {
   workers_.resize(size_t(o_.nproc_per_node()));
@@ -139,6 +168,7 @@ std::vector<std::string> WorkerSet::environment(const Worker& w) const {
   set(env::kMasterPort, port_);
   set(env::kRestartCount, restart_);
   if (!store_file_.empty()) set(env::kStoreFile, store_file_);
+  vars.insert(vars.end(), extra_environment_.begin(), extra_environment_.end());
   if (!o_.debug_dir().empty()) set(env::kDebugDir, o_.debug_dir());
   if (!cpu_shares_.empty()) set(env::kCpuBind, "cores");  // launched_with_cpu_binding()
   // Workers write to pipes; this tells them the lines end up on a terminal (progress bars).
@@ -238,9 +268,10 @@ void WorkerSet::pump_all(bool final_flush) {
   }
 }
 
-WatchResult WorkerSet::watch(const StopSignals& stop) {
+WatchResult WorkerSet::watch(const StopSignals& stop, const std::function<bool()>& interrupt) {
   while (true) {
     if (stop.received() != 0) return WatchResult::kStopRequested;
+    if (interrupt && interrupt()) return WatchResult::kInterrupted;
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, WorkerStream*>> owners;
     for (auto& w : workers_) {

@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,15 +42,18 @@ enum class WatchResult {
   kAllSucceeded,   ///< every worker exited with 0, and all of its output was relayed
   kWorkerFailed,   ///< a worker failed; failed() is the one to name as the cause
   kStopRequested,  ///< the launcher received SIGINT or SIGTERM
+  kInterrupted,    ///< the caller's `interrupt` said so (an elastic round ended elsewhere)
 };
 
 /// One attempt's workers (a restart starts a new set).
 class WorkerSet {
  public:
   /// `store_file`: where one node's workers meet (empty across nodes); `cpu_shares`: each local
-  /// rank's CPUs under CpuBind::kCores, else empty.
+  /// rank's CPUs under CpuBind::kCores, else empty; `extra_environment`: NAME=VALUE entries
+  /// the workers get besides torchrun's.
   WorkerSet(const LaunchOptions& options, int port, int restart, std::string store_file,
-            std::vector<std::vector<int>> cpu_shares);
+            std::vector<std::vector<int>> cpu_shares,
+            std::vector<std::string> extra_environment = {});
   ~WorkerSet() { stop(0.0); }
   WorkerSet(const WorkerSet&) = delete;
   WorkerSet& operator=(const WorkerSet&) = delete;
@@ -57,8 +61,9 @@ class WorkerSet {
   /// Opens each worker's log and starts it. Throws IoError or Error, leaving the workers already
   /// started to the destructor.
   void start();
-  /// Relays output until all exit, one fails or `stop` notes a signal.
-  WatchResult watch(const StopSignals& stop);
+  /// Relays output until all exit, one fails, `stop` notes a signal or `interrupt` (asked about
+  /// every 100 ms, when given) returns true.
+  WatchResult watch(const StopSignals& stop, const std::function<bool()>& interrupt = nullptr);
   /// SIGTERM to everyone still running, SIGKILL after `grace` seconds; reaps them all.
   /// The workers still running that are frozen (stopped by SIGSTOP or a debugger: state T in
   /// /proc), which wait like a hung rank but are neither dead nor hung; call before stop().
@@ -81,10 +86,21 @@ class WorkerSet {
   int restart_;
   std::string store_file_;
   std::vector<std::vector<int>> cpu_shares_;
+  std::vector<std::string> extra_environment_;
   std::vector<Worker> workers_;
   size_t failed_ = 0;
   bool live_shown_ = false;  // a worker's progress line is on the console, unfinished
 };
+
+/// How a worker ended, in words ("was killed by SIGKILL", "exited with code 1").
+std::string describe_exit(int status);
+
+/// The failed worker, how it ended and its last stderr lines, on stderr.
+void report_failure(const LaunchOptions& o, const Worker& w);
+
+/// The workers that are frozen (SIGSTOP), named as such: a stopped worker looks dead to its
+/// peers. Call before stop().
+void report_frozen(const LaunchOptions& o, const WorkerSet& workers);
 
 /// Whether a waitpid() status is a normal exit with `code`.
 bool exited_with(int status, int code);

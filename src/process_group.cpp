@@ -18,6 +18,7 @@
 #include "ddp/error.h"
 #include "process_group_backends.h"
 #include "rendezvous_wait.h"
+#include "tcp_store.h"
 #include "torch_compat.h"
 #include "unique_fd.h"
 
@@ -27,36 +28,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
-
-// Rank 0's store socket, bound to the master address only (not every interface), for LibTorch
-// versions whose TCPStore takes it (compat::kTcpStoreTakesListenFd); -1 on the others, whose
-// server binds by itself. Throws with strerror's words ("Address already in use") on failure.
-int store_listen_socket(const std::string& host, int port) {
-  if (!compat::kTcpStoreTakesListenFd) return -1;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found))
-    throw std::runtime_error(concat("cannot resolve ", host, ": ", gai_strerror(rc)));
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
-  UniqueFd fd(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const int on = 1;
-  if (!fd.valid() || ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
-      ::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 ||
-      ::listen(fd.get(), SOMAXCONN) != 0) {
-    throw std::runtime_error(
-        concat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
-  }
-  return fd.release();  // the store owns it from here
-}
-
-// The rendezvous TCPStore; the server listens on `host` only where LibTorch allows it.
-c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, bool is_server,
-                                          int world_size, std::chrono::milliseconds timeout) {
-  return compat::make_tcp_store(host, port, is_server, world_size, timeout,
-                                is_server ? store_listen_socket(host, port) : -1);
-}
 
 // Python's names for the dtypes collectives move ("float32"), for the flight record.
 std::string dtype_name(c10::ScalarType type) {
@@ -236,6 +207,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
         wait_for_store_server(master_host, world.master_port, options.rendezvous_timeout(), rank);
       }
       store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout());
+      if (!world.store_prefix.empty())
+        store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, store);
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);

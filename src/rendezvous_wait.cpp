@@ -17,8 +17,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One connection attempt of at most `limit`: whether HOST:PORT accepted it.
-bool accepts(const std::string& host, int port, std::chrono::milliseconds limit) {
+}  // namespace
+
+bool store_accepts(const std::string& host, int port, std::chrono::milliseconds limit) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -45,8 +46,6 @@ bool accepts(const std::string& host, int port, std::chrono::milliseconds limit)
   return ok;
 }
 
-}  // namespace
-
 bool wait_with_progress(const std::function<bool()>& done, std::chrono::milliseconds timeout,
                         const std::function<void(double, double)>& progress) {
   const auto start = Clock::now();
@@ -68,7 +67,7 @@ bool wait_with_progress(const std::function<bool()>& done, std::chrono::millisec
 void wait_for_store_server(const std::string& host, int port, std::chrono::milliseconds timeout,
                            int rank) {
   const bool up = wait_with_progress(
-      [&] { return accepts(host, port, std::chrono::milliseconds(500)); }, timeout,
+      [&] { return store_accepts(host, port, std::chrono::milliseconds(500)); }, timeout,
       [&](double waited, double left) {
         std::fprintf(stderr,
                      "ddp: rank %d: waiting for the rendezvous store at %s:%d (rank 0 hosts it): "

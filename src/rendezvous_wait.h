@@ -14,6 +14,10 @@ namespace ddp {
 /// How often a waiting rank says what it waits for.
 inline constexpr std::chrono::seconds kRendezvousProgressEvery{5};
 
+/// One connection attempt of at most `limit`: whether HOST:PORT accepted it (a name that does
+/// not resolve yet counts as no).
+bool store_accepts(const std::string& host, int port, std::chrono::milliseconds limit);
+
 /// Returns once HOST:PORT accepts a TCP connection; throws TimeoutError after `timeout`, naming
 /// the address. `rank` names the waiting process in the progress lines (stderr).
 void wait_for_store_server(const std::string& host, int port, std::chrono::milliseconds timeout,

@@ -19,8 +19,15 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
   size_shards();
 }
 
+void DistributedSampler::set_epoch_remainder(int64_t epoch, int64_t taken) {
+  epoch_ = epoch;
+  epoch_chosen_ = true;
+  taken_ = std::clamp<int64_t>(taken, 0, dataset_size_);
+  size_shards();
+}
+
 void DistributedSampler::size_shards() {
-  const int64_t dataset_size = dataset_size_;
+  const int64_t dataset_size = dataset_size_ - taken_;  // what this epoch still has
   const int world_size = world_size_;
   const SamplerOptions& options = options_;
   // As PyTorch: drop_last truncates to a multiple of the world size, otherwise pads up to one.
@@ -47,11 +54,13 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     for (int64_t i = 0; i < dataset_size_; ++i) all.push_back(i);
   }
+  all.erase(all.begin(), all.begin() + std::ptrdiff_t(taken_));
+  const size_t remaining = all.size();
   if (!options_.drop_last() && options_.pad()) {
     // Pad by repeating from the start, as many times as needed (PyTorch's math.ceil repeat).
     const int64_t padding = total_size_ - int64_t(all.size());
-    for (int64_t i = 0; i < padding && !all.empty(); ++i)
-      all.push_back(all[size_t(i % dataset_size_)]);
+    for (int64_t i = 0; i < padding && remaining > 0; ++i)
+      all.push_back(all[size_t(i) % remaining]);
   } else {
     all.resize(size_t(total_size_));  // truncated with drop_last, unchanged without padding
   }
@@ -71,7 +80,13 @@ void DistributedSampler::reset(std::optional<size_t> new_size) {
     return;
   }
   resuming_ = false;
-  if (started_ && !epoch_chosen_) ++epoch_;
+  if (started_ && !epoch_chosen_) {
+    ++epoch_;
+    if (taken_ != 0) {  // a remainder was that epoch's only: the next one is whole
+      taken_ = 0;
+      size_shards();
+    }
+  }
   started_ = true;
   epoch_chosen_ = false;
   order_ = indices();
@@ -96,6 +111,7 @@ void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
   archive.write("world_size", value(world_size_), true);
   archive.write("rank", value(rank_), true);
   archive.write("seed", value(int64_t(options_.seed())), true);
+  archive.write("taken", value(taken_), true);
 }
 
 void DistributedSampler::load(torch::serialize::InputArchive& archive) {
@@ -114,6 +130,10 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
                                  options_.seed()));
   }
   epoch_ = read("epoch");
+  torch::Tensor taken = torch::zeros({}, torch::kInt64);  // absent in older saves: 0
+  archive.try_read("taken", taken, /*is_buffer=*/true);
+  taken_ = std::clamp<int64_t>(taken.item<int64_t>(), 0, dataset_size_);
+  size_shards();
   const int64_t position = read("position");
   started_ = true;
   resuming_ = true;

@@ -82,6 +82,11 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     const std::string* agent = get(env, env::kUseAgentStore);
     w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
     if (const std::string* file = get(env, env::kStoreFile)) w.store_file = *file;
+    if (const std::string* prefix = get(env, env::kStorePrefix)) {
+      w.store_prefix = *prefix;
+    } else if (w.agent_store) {
+      w.store_prefix = concat("/worker/attempt_", w.restart_count);
+    }
     read_master(env, w);
   } else if (get(env, env::kSlurmProcId) && get(env, env::kSlurmNtasks)) {
     w.source = "slurm";

@@ -74,6 +74,9 @@ struct Position {
   int epoch = 1;              // the first epoch to train
   int64_t step_in_epoch = 0;  // its steps already taken (a mid-epoch checkpoint's)
   int64_t global_step = 0;
+  // Samples of that epoch visited at another world size (its order's first ones): the rest is
+  // re-sharded over this world.
+  int64_t taken_in_epoch = 0;
 };
 
 // A checkpoint (explicit, or the newest after a launcher restart), a state dict, or the seeded
@@ -103,14 +106,18 @@ Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& 
           "note: the checkpoint was written with world size %lld, this run has %d: the data is "
           "re-sharded, so the result is not bit-identical to an uninterrupted run%s\n",
           (long long)state.world_size, s.world.world_size,
-          state.step_in_epoch > 0 ? "; its epoch starts again from the beginning" : "");
+          state.step_in_epoch > 0 ? "; the rest of its epoch is shared out over this world" : "");
     } else if (state.step_in_epoch > 0) {
       std::printf("  and %lld step(s) into epoch %lld: training goes on from the next one\n",
                   (long long)state.step_in_epoch, (long long)state.epoch + 1);
     }
   }
   const bool same_world = state.world_size == s.world.world_size;
-  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step};
+  // At another world size, what the checkpoint's world visited of the epoch is skipped and the
+  // rest shared out; at the same one the epoch's steps are skipped (bit-exact).
+  const int64_t taken = state.taken_in_epoch +
+                        (same_world ? 0 : state.step_in_epoch * o.batch_size * state.world_size);
+  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step, taken};
 }
 
 // Everything an epoch of training works with, set up once.
@@ -128,6 +135,7 @@ struct Training {
   const Fault fault;
   int64_t global_step;
   AsyncCheckpointWriter& step_checkpoints;  // --checkpoint-every-steps
+  int64_t taken_in_epoch = 0;               // of the epoch running: see Position
 };
 
 // One epoch's running totals on this rank.
@@ -214,10 +222,11 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
 }
 
 // The run's place after step `steps_taken` of epoch `epoch`, for a checkpoint.
-CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, int64_t taken) {
   CheckpointState state;
   state.epoch = steps_taken > 0 ? epoch - 1 : epoch;
   state.step_in_epoch = steps_taken;
+  state.taken_in_epoch = steps_taken > 0 ? taken : 0;
   state.global_step = t.global_step;
   state.world_size = t.setup.world.world_size;
   state.config = config_text(t.options);
@@ -231,20 +240,29 @@ void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t
   const int64_t every = t.options.checkpoint_every_steps;
   if (every <= 0 || t.global_step % every != 0 || steps_taken >= steps) return;
   const auto start = Clock::now();
-  t.optimizer.save_async(t.step_checkpoints,
-                         checkpoint_path(t.options.checkpoint_dir, epoch - 1, steps_taken),
-                         *t.setup.model, position_of(t, epoch, steps_taken), t.setup.is_root());
+  t.optimizer.save_async(
+      t.step_checkpoints, checkpoint_path(t.options.checkpoint_dir, epoch - 1, steps_taken),
+      *t.setup.model, position_of(t, epoch, steps_taken, t.taken_in_epoch), t.setup.is_root());
   t.timeline.span(concat("checkpoint snapshot at step ", t.global_step), start, Clock::now());
 }
 
 // One epoch of training from step `first_step` (a mid-epoch checkpoint's); returns its report
 // (without the evaluation), the same on every rank.
-EpochReport train_epoch(Training& t, int epoch, int64_t first_step) {
+EpochReport train_epoch(Training& t, int epoch, int64_t first_step, int64_t taken) {
   const TrainOptions& o = t.options;
-  t.sampler.set_epoch(epoch - 1);
+  t.sampler.set_epoch_remainder(epoch - 1, taken);
+  t.taken_in_epoch = taken;
   const int64_t bad_before = t.loader.bad_samples();
   t.loader.start_epoch(t.sampler.indices(), epoch - 1, first_step);
   const int64_t steps = steps_of(o, t.loader.num_batches());
+  if (taken > 0 && t.setup.is_root()) {
+    std::printf(
+        "epoch %d: %lld of its samples were trained at another world size; the other %lld are "
+        "shared out over these %d ranks: %lld steps of %lld per rank (global batch %lld)\n",
+        epoch, (long long)taken, (long long)(int64_t(t.setup.data.train->size()) - taken),
+        t.setup.world.world_size, (long long)steps, (long long)o.batch_size,
+        (long long)(o.batch_size * t.setup.world.world_size));
+  }
   EpochTotals totals;
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));
   // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
@@ -310,7 +328,7 @@ void checkpoint_if_due(const Training& t, int epoch) {
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
   const auto start = Clock::now();
   t.step_checkpoints.wait();  // the last step checkpoint first: one writer of the folder
-  const CheckpointState state = position_of(t, epoch, 0);
+  const CheckpointState state = position_of(t, epoch, 0, 0);
   const bool root = t.setup.is_root();
   // A rank missing here is named, instead of the save's collectives timing out.
   if (t.setup.group)
@@ -347,7 +365,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
              timeline, {}, reporter, fault,     start.global_step, step_checkpoints};
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
-    EpochReport report = train_epoch(t, epoch, epoch == start.epoch ? start.step_in_epoch : 0);
+    const bool first = epoch == start.epoch;
+    EpochReport report =
+        train_epoch(t, epoch, first ? start.step_in_epoch : 0, first ? start.taken_in_epoch : 0);
     if (!o.no_eval) add_evaluation(t, report.result);
     report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
     reporter.end_epoch(report, t.global_step);

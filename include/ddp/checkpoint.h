@@ -22,7 +22,10 @@ constexpr int64_t kCheckpointVersion = 1;
 struct CheckpointState {
   int64_t epoch = 0;          // epochs completed
   int64_t step_in_epoch = 0;  // steps of the next epoch already taken (0: at an epoch's end)
-  int64_t global_step = 0;    // optimizer steps taken
+  /// Samples of the next epoch's order visited at another world size before those steps began
+  /// (DistributedSampler::set_epoch_remainder); 0 when the epoch began at this world size.
+  int64_t taken_in_epoch = 0;
+  int64_t global_step = 0;  // optimizer steps taken
   int64_t world_size = 1;
   std::string config;       // the effective configuration, as text
   torch::Tensor rng_state;  // torch's default CPU generator

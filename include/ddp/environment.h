@@ -28,6 +28,8 @@ inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 /// A FileStore's path that a launcher on one node gives its workers instead of a port.
 inline constexpr char kStoreFile[] = "DDP_STORE_FILE";
+/// The key prefix of the workers' keys in the agent's store (an elastic launcher's round).
+inline constexpr char kStorePrefix[] = "DDP_STORE_PREFIX";
 
 // --- Slurm's (srun) and Open MPI's (mpirun) names for the same, read where RANK is absent.
 

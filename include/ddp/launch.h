@@ -25,8 +25,32 @@ struct LaunchOptions {
   TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   /// 0: pick a free port (one node only).
   TORCH_ARG(int, master_port) = 0;
-  /// Restarts of the whole local group after a failure.
+  /// Restarts of the whole local group after a failure (a failure of this node's workers; with
+  /// rdzv_backend "c10d" a node lost or added is a membership change and uses up none).
   TORCH_ARG(int, max_restarts) = 0;
+  /// How the nodes meet: "static" (nnodes fixed, each given its node_rank and rank 0's
+  /// master_addr/master_port) or "c10d", torchrun's elastic rendezvous: between min_nodes and
+  /// nnodes nodes meet in rounds at rdzv_endpoint, each round's world made of those present
+  /// (elastic_rendezvous.h, docs/fault-tolerance.md).
+  TORCH_ARG(std::string, rdzv_backend) = "static";
+  /// c10d: HOST:PORT of the rendezvous store, hosted by the agent started on HOST.
+  TORCH_ARG(std::string, rdzv_endpoint);
+  /// c10d: the job's name; jobs with another id at the same endpoint do not mix.
+  TORCH_ARG(std::string, rdzv_id) = "none";
+  /// c10d: the fewest nodes a round starts with (0: nnodes, a fixed size).
+  TORCH_ARG(int, min_nodes) = 0;
+  /// c10d: seconds a node waits for a round to form before it gives up (torchrun's
+  /// join_timeout).
+  TORCH_ARG(double, join_timeout) = 600;
+  /// c10d: seconds a round with at least min_nodes waits for more (torchrun's
+  /// last_call_timeout).
+  TORCH_ARG(double, last_call) = 30;
+  /// c10d: seconds between a node's heartbeats; a node silent for keep_alive_max_attempt of them
+  /// is out.
+  TORCH_ARG(double, keep_alive) = 5;
+  TORCH_ARG(int, keep_alive_max_attempt) = 3;
+  /// c10d: seconds between two looks at the rendezvous while the workers run.
+  TORCH_ARG(double, monitor_interval) = 0.1;
   /// Seconds between SIGTERM and SIGKILL when stopping workers.
   TORCH_ARG(double, grace_seconds) = 5;
   /// Per-rank log files rank_N.log here (empty: none).

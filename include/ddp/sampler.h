@@ -39,10 +39,13 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   DistributedSampler(int64_t dataset_size, int world_size, int rank, SamplerOptions options = {});
 
   /// Chooses the epoch whose order indices() returns (the seed is seed + epoch).
-  void set_epoch(int64_t epoch) {
-    epoch_ = epoch;
-    epoch_chosen_ = true;
-  }
+  void set_epoch(int64_t epoch) { set_epoch_remainder(epoch, 0); }
+  /// Chooses the rest of epoch `epoch` after its first `taken` indices: what a run at another
+  /// world size had visited when it stopped, its ranks' shards interleaved (rank r's k-th index
+  /// is the global order's k * world + r). The rest is sharded over this world as a whole epoch
+  /// would be (padded, truncated or not by the same options), so that nothing is dropped or
+  /// seen twice in the epoch beyond what padding repeats. num_samples() is then this part's.
+  void set_epoch_remainder(int64_t epoch, int64_t taken);
   int64_t epoch() const { return epoch_; }
 
   /// This rank's indices for the current epoch, in visiting order.
@@ -73,6 +76,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   int rank_;
   SamplerOptions options_;
   int64_t epoch_ = 0;
+  int64_t taken_ = 0;  // indices of the epoch's global order visited before (set_epoch_remainder)
   int64_t num_samples_ = 0;
   int64_t total_size_ = 0;
   // LibTorch's interface: the epoch's order and how far a loader has taken it.

@@ -28,6 +28,9 @@ struct WorldInfo {
   bool master_port_set = false;  // MASTER_PORT (or the launcher's) was given
   int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
   bool agent_store = false;      // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store
+  /// The workers' keys in the agent's store are under this prefix: DDP_STORE_PREFIX, else, as
+  /// torchrun's workers, "/worker/attempt_<restart count>" (so restarts never share keys).
+  std::string store_prefix;
   /// DDP_STORE_FILE: launch() on one node rendezvouses through this file instead of a port.
   std::string store_file;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"

@@ -1,0 +1,497 @@
+#include "elastic_rendezvous.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <c10/util/Logging.h>
+
+#include "ddp/error.h"
+#include "rendezvous_wait.h"
+#include "tcp_store.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Store = c10::intrusive_ptr<c10d::Store>;
+
+constexpr std::chrono::milliseconds kPoll{100};  // between two looks at the state
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The rendezvous as every node sees it: one text value, replaced whole by compare-and-set.
+struct State {
+  int64_t round = 1;      // the round forming (complete = false) or running
+  bool complete = false;  // formed: its participants run, newcomers wait
+  int64_t deadline = 0;   // wall-clock ms when the last call ends (0: not started)
+  std::vector<std::string> participants, waiting;
+  std::vector<std::string> expected;  // the live nodes of the previous round, not yet back
+  std::vector<std::string> previous;  // the previous round's order, kept by the next
+  std::string cause;                  // why this round began
+  std::string closed;                 // non-empty: the job is over, and how
+
+  bool operator==(const State& o) const {
+    return round == o.round && complete == o.complete && deadline == o.deadline &&
+           participants == o.participants && waiting == o.waiting && expected == o.expected &&
+           previous == o.previous && cause == o.cause && closed == o.closed;
+  }
+};
+
+std::string join_words(const std::vector<std::string>& words, const char* separator = " ") {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : separator) + w;
+  return out;
+}
+
+std::string text_of(const State& s) {
+  std::ostringstream out;
+  out << "round " << s.round << "\ncomplete " << s.complete << "\ndeadline " << s.deadline
+      << "\nparticipants " << join_words(s.participants) << "\nwaiting " << join_words(s.waiting)
+      << "\nexpected " << join_words(s.expected) << "\nprevious " << join_words(s.previous)
+      << "\ncause " << s.cause << "\nclosed " << s.closed << "\n";
+  return out.str();
+}
+
+State state_of(const std::string& text) {
+  State s;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    std::istringstream words(value);
+    std::vector<std::string> list;
+    for (std::string w; words >> w;) list.push_back(w);
+    if (key == "round") s.round = std::stoll(value);
+    if (key == "complete") s.complete = value == "1";
+    if (key == "deadline") s.deadline = std::stoll(value);
+    if (key == "participants") s.participants = list;
+    if (key == "waiting") s.waiting = list;
+    if (key == "expected") s.expected = list;
+    if (key == "previous") s.previous = list;
+    if (key == "cause") s.cause = value;
+    if (key == "closed") s.closed = value;
+  }
+  return s;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+void remove(std::vector<std::string>& v, const std::string& x) {
+  v.erase(std::remove(v.begin(), v.end(), x), v.end());
+}
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// A node's heartbeat counter is seen to move, or not, by this node's own clock (so the nodes'
+// clocks need not agree). A node first seen now has a full timeout ahead of it.
+class Liveness {
+ public:
+  Liveness(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  bool dead(c10d::Store& store, const std::string& node) {
+    const auto now = Clock::now();
+    Seen& seen = seen_[node];
+    if (seen.looked != Clock::time_point{} && now - seen.looked < std::chrono::seconds(1))
+      return now - seen.changed > timeout_;  // looked less than a second ago
+    const int64_t beats = store.add("hb/" + node, 0);
+    if (seen.looked == Clock::time_point{} || beats != seen.beats) seen.changed = now;
+    seen.beats = beats;
+    seen.looked = now;
+    return now - seen.changed > timeout_;
+  }
+
+ private:
+  struct Seen {
+    int64_t beats = -1;
+    Clock::time_point changed, looked;
+  };
+  std::chrono::milliseconds timeout_;
+  std::map<std::string, Seen> seen_;
+};
+
+// A node's sign of life: a counter in the store, added to every keep-alive interval by a thread
+// with its own connection (so that a slow look at the state never delays it).
+class Heartbeat {
+ public:
+  Heartbeat(const RendezvousSettings& s, std::string key) : s_(s), key_(std::move(key)) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  std::string lost() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lost_;
+  }
+
+ private:
+  void run() {
+    Store store;
+    int failures = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      std::string error;
+      try {
+        if (!store) store = tcp_store(s_.host, s_.port, false, 1, s_.keep_alive);
+        store->add(key_, 1);
+      } catch (const std::exception& e) {
+        error = e.what();
+        store.reset();
+      }
+      lock.lock();
+      failures = error.empty() ? 0 : failures + 1;
+      if (failures >= s_.keep_alive_max_attempt && lost_.empty()) {
+        lost_ = concat("the rendezvous store at ", s_.host, ":", s_.port, " has not answered for ",
+                       failures, " heartbeats (", first_line(error), ")");
+      }
+      wake_.wait_for(lock, s_.keep_alive, [this] { return stopping_; });
+    }
+  }
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  const RendezvousSettings s_;
+  const std::string key_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::string lost_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+struct ElasticRendezvous::Impl {
+  RendezvousSettings s;
+  std::string node;
+  std::string key = "state";
+  bool host = false;
+  Store server;  // kept while this agent hosts the store
+  Store store;   // rdzv/<id>/ of it
+  std::unique_ptr<Heartbeat> heartbeat;
+  Liveness liveness;
+  int log_level = 0;  // c10's, put back when the rendezvous goes
+
+  Impl(RendezvousSettings settings, std::string name)
+      : s(std::move(settings)),
+        node(std::move(name)),
+        liveness(s.keep_alive * s.keep_alive_max_attempt) {}
+
+  void connect();
+  std::pair<std::string, State> read();
+  bool replace(const std::string& old_text, const State& next);
+  void drop_dead(State& s);
+  void try_complete(State& s);
+  void begin_next_round(State& s, const std::string& cause);
+  Round round_of(const State& s) const;
+  // Runs `f`, a store's error (c10d's, with its stack trace) becoming one line that says what
+  // it means here.
+  template <class F>
+  auto guarded(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      throw DistributedError(
+          concat("lost the rendezvous store at ", s.host, ":", s.port, " (",
+                 what.substr(0, what.find('\n')), "); the agent started on ", s.host,
+                 " hosts it: when that node is gone, the job cannot go on without a new endpoint"));
+    }
+  }
+  std::string waiting_text(const State& s, Clock::time_point deadline) const;
+};
+
+void ElasticRendezvous::Impl::connect() {
+  const std::chrono::milliseconds op_timeout = s.keep_alive * s.keep_alive_max_attempt;
+  // The endpoint's host hosts the store: whoever can listen on its address and port.
+  try {
+    server = tcp_store(s.host, s.port, true, 1, op_timeout);
+    host = true;
+  } catch (const std::exception&) {  // not this machine's address, or another agent hosts it
+  }
+  if (!host) {
+    const bool up = wait_with_progress(
+        [&] { return store_accepts(s.host, s.port, std::chrono::milliseconds(500)); },
+        s.join_timeout,
+        [&](double waited, double left) {
+          std::fprintf(stderr,
+                       "%s: waiting for the rendezvous store at %s:%d (the agent on the "
+                       "endpoint's host hosts it): %.0f s so far, %.0f s left\n",
+                       s.name.c_str(), s.host.c_str(), s.port, waited, left);
+        });
+    if (!up) {
+      throw TimeoutError(concat("the rendezvous endpoint ", s.host, ":", s.port,
+                                " did not answer within ", s.join_timeout.count() / 1000.0,
+                                " s; start the agent on that host, or check --rdzv-endpoint"));
+    }
+    server = tcp_store(s.host, s.port, false, 1, op_timeout);
+  }
+  store = c10::make_intrusive<c10d::PrefixStore>(concat("rdzv/", s.run_id), server);
+  heartbeat = std::make_unique<Heartbeat>(s, concat("rdzv/", s.run_id, "/hb/", node));
+}
+
+std::pair<std::string, State> ElasticRendezvous::Impl::read() {
+  if (!store->check({key})) return {"", State{}};
+  const std::string text = string_of(store->get(key));
+  return {text, state_of(text)};
+}
+
+bool ElasticRendezvous::Impl::replace(const std::string& old_text, const State& next) {
+  const std::string desired = text_of(next);
+  return string_of(store->compareSet(key, bytes(old_text), bytes(desired))) == desired;
+}
+
+void ElasticRendezvous::Impl::drop_dead(State& st) {
+  auto dead = [&](const std::string& n) { return n != node && liveness.dead(*store, n); };
+  st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(), dead), st.waiting.end());
+  if (st.complete) return;  // a running round's dead are the running nodes' to notice
+  for (auto* list : {&st.participants, &st.expected})
+    list->erase(std::remove_if(list->begin(), list->end(), dead), list->end());
+}
+
+void ElasticRendezvous::Impl::try_complete(State& st) {
+  const int n = int(st.participants.size());
+  bool all_back = !st.expected.empty();
+  for (const std::string& e : st.expected) all_back = all_back && contains(st.participants, e);
+  bool done = n >= s.max_nodes || (n >= s.min_nodes && all_back);
+  if (!done && n >= s.min_nodes) {
+    if (st.deadline == 0) st.deadline = wall_ms() + s.last_call.count();
+    done = wall_ms() >= st.deadline;
+  } else if (n < s.min_nodes) {
+    st.deadline = 0;
+  }
+  if (!done) return;
+  // Stable ranks: the previous round's nodes keep their order, newcomers follow in arrival order.
+  std::stable_sort(st.participants.begin(), st.participants.end(),
+                   [&](const std::string& a, const std::string& b) {
+                     const auto pa = std::find(st.previous.begin(), st.previous.end(), a);
+                     const auto pb = std::find(st.previous.begin(), st.previous.end(), b);
+                     return pa < pb;
+                   });
+  st.complete = true;
+  st.deadline = 0;
+  st.expected.clear();
+}
+
+void ElasticRendezvous::Impl::begin_next_round(State& st, const std::string& cause) {
+  std::vector<std::string> alive;
+  for (const std::string& n : st.participants) {
+    if (n == node || !liveness.dead(*store, n)) alive.push_back(n);
+  }
+  st.previous = st.participants;
+  st.expected = alive;
+  st.participants.clear();
+  // The waiting nodes are here already: they are the new round's first participants.
+  while (!st.waiting.empty() && int(st.participants.size()) < s.max_nodes) {
+    st.participants.push_back(st.waiting.front());
+    st.waiting.erase(st.waiting.begin());
+  }
+  ++st.round;
+  st.complete = false;
+  st.deadline = 0;
+  st.cause = cause;
+}
+
+Round ElasticRendezvous::Impl::round_of(const State& st) const {
+  Round r;
+  r.number = st.round;
+  r.nodes = st.participants;
+  r.node_rank = int(std::find(r.nodes.begin(), r.nodes.end(), node) - r.nodes.begin());
+  r.cause = st.cause;
+  return r;
+}
+
+std::string ElasticRendezvous::Impl::waiting_text(const State& st,
+                                                  Clock::time_point deadline) const {
+  return concat(
+      st.participants.size(), " node(s) present of min ", s.min_nodes, " (max ", s.max_nodes,
+      "): ", st.participants.empty() ? "none" : join_words(st.participants, ", "),
+      st.complete ? "; a round is running, this node waits for the next" : "", "; ",
+      std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count(), " s left");
+}
+
+ElasticRendezvous::ElasticRendezvous(RendezvousSettings settings, std::string node)
+    : impl_(std::make_unique<Impl>(std::move(settings), std::move(node))) {
+  // This agent says in one line what a store failure means (guarded()); c10d's own warnings
+  // about it, stack traces included, would only repeat it.
+  impl_->log_level = FLAGS_caffe2_log_level;
+  FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
+  impl_->guarded([&] { impl_->connect(); });
+}
+
+ElasticRendezvous::~ElasticRendezvous() {
+  impl_->heartbeat.reset();  // before the store it may be hosting goes
+  FLAGS_caffe2_log_level = impl_->log_level;
+}
+
+Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stopped) {
+  return impl_->guarded([&]() -> Round {
+    Impl& m = *impl_;
+    const auto deadline = Clock::now() + m.s.join_timeout;
+    auto next_report = Clock::now() + kRendezvousProgressEvery;
+    while (true) {
+      if (stopped()) {
+        leave("");
+        return {};
+      }
+      auto [old_text, st] = m.read();
+      if (!st.closed.empty()) throw Error(concat("the job is over: ", st.closed));
+      State next = st;
+      m.drop_dead(next);
+      if (next.complete && next.round > after && contains(next.participants, m.node))
+        return m.round_of(next);
+      if (next.complete) {
+        if (!contains(next.waiting, m.node)) next.waiting.push_back(m.node);
+      } else {
+        if (!contains(next.participants, m.node)) next.participants.push_back(m.node);
+        m.try_complete(next);
+      }
+      if (!(next == st) && !m.replace(old_text, next)) continue;  // someone else changed it
+      if (next.complete && contains(next.participants, m.node)) return m.round_of(next);
+      if (Clock::now() >= deadline) {
+        const std::string present = m.waiting_text(next, deadline);
+        leave("");
+        throw TimeoutError(concat("the rendezvous of job '", m.s.run_id, "' at ", m.s.host, ":",
+                                  m.s.port, " did not form within ",
+                                  m.s.join_timeout.count() / 1000.0, " s: ", present,
+                                  "; start the missing nodes, or lower --nnodes MIN"));
+      }
+      if (Clock::now() >= next_report) {
+        std::fprintf(stderr, "%s: waiting for the nodes of job '%s': %s\n", m.s.name.c_str(),
+                     m.s.run_id.c_str(), m.waiting_text(next, deadline).c_str());
+        next_report += kRendezvousProgressEvery;
+      }
+      std::this_thread::sleep_for(kPoll);  // polling the store, bounded by the deadline
+    }
+  });
+}
+
+RoundStatus ElasticRendezvous::check(const Round& round) {
+  return impl_->guarded([&]() -> RoundStatus {
+    Impl& m = *impl_;
+    const State st = m.read().second;
+    if (!st.closed.empty()) return {RoundStatus::kClosed, st.closed};
+    if (st.round != round.number) return {RoundStatus::kNewRound, st.cause};
+    const bool ending = m.store->add(concat("round_", round.number, "/finished"), 0) > 0;
+    if (!st.waiting.empty() && !ending) {
+      return {RoundStatus::kNodesWaiting,
+              concat("node(s) ", join_words(st.waiting, ", "), " asked to join")};
+    }
+    for (const std::string& n : round.nodes) {
+      if (n != m.node && m.liveness.dead(*m.store, n)) {
+        return {RoundStatus::kNodeLost,
+                concat("node ", n, " stopped answering (no heartbeat for ",
+                       (m.s.keep_alive * m.s.keep_alive_max_attempt).count() / 1000.0, " s)")};
+      }
+    }
+    return {};
+  });
+}
+
+void ElasticRendezvous::next_round(const Round& round, const std::string& cause) {
+  return impl_->guarded([&] {
+    Impl& m = *impl_;
+    while (true) {
+      auto [old_text, st] = m.read();
+      if (!st.closed.empty() || st.round != round.number || !st.complete) return;
+      State next = st;
+      m.begin_next_round(next, cause);
+      if (m.replace(old_text, next)) return;
+    }
+  });
+}
+
+void ElasticRendezvous::leave(const std::string& cause) {
+  return impl_->guarded([&] {
+    Impl& m = *impl_;
+    while (true) {
+      auto [old_text, st] = m.read();
+      if (!st.closed.empty()) return;
+      State next = st;
+      remove(next.waiting, m.node);
+      if (next.complete && contains(next.participants, m.node)) {
+        m.begin_next_round(next, cause.empty() ? concat("node ", m.node, " left") : cause);
+        remove(next.expected, m.node);
+      } else if (!next.complete) {
+        remove(next.participants, m.node);
+        remove(next.expected, m.node);
+      }
+      if (next == st || m.replace(old_text, next)) return;
+    }
+  });
+}
+
+RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bool()>& stopped) {
+  return impl_->guarded([&]() -> RoundStatus {
+    Impl& m = *impl_;
+    const int64_t finished = m.store->add(concat("round_", round.number, "/finished"), 1);
+    if (finished >= int64_t(round.nodes.size())) close("the job finished");
+    while (!stopped()) {
+      const RoundStatus status = check(round);
+      if (status.kind == RoundStatus::kClosed || status.kind == RoundStatus::kNewRound)
+        return status;
+      if (status.kind == RoundStatus::kNodeLost) {  // before it finished: the job is not done
+        next_round(round, status.cause);
+        return {RoundStatus::kNewRound, status.cause};
+      }
+      std::this_thread::sleep_for(kPoll);  // polling the store until every node has finished
+    }
+    return {};
+  });
+}
+
+void ElasticRendezvous::depart(const Round& round) {
+  return impl_->guarded([&] {
+    Impl& m = *impl_;
+    const int64_t gone = m.store->add(concat("round_", round.number, "/gone"), 1);
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    for (int64_t n = gone; m.host && n < int64_t(round.nodes.size()) && Clock::now() < until;
+         n = m.store->add(concat("round_", round.number, "/gone"), 0)) {
+      std::this_thread::sleep_for(kPoll);  // bounded by `until`
+    }
+  });
+}
+
+void ElasticRendezvous::close(const std::string& cause) {
+  return impl_->guarded([&] {
+    Impl& m = *impl_;
+    while (true) {
+      auto [old_text, st] = m.read();
+      if (!st.closed.empty()) return;
+      State next = st;
+      next.closed = cause;
+      if (m.replace(old_text, next)) return;
+    }
+  });
+}
+
+bool ElasticRendezvous::hosts_store() const { return impl_->host; }
+
+std::string ElasticRendezvous::lost_store() const { return impl_->heartbeat->lost(); }
+
+std::string ElasticRendezvous::worker_prefix(const Round& round) const {
+  return concat("rdzv/", impl_->s.run_id, "/round_", round.number, "/workers");
+}
+
+}  // namespace ddp
