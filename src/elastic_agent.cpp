@@ -217,6 +217,8 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
     print_hang_report(stderr, o.name(), o.debug_dir(), started_us);
     const std::string cause = after_failure(o, rdzv, round, workers->failed(), node, failures);
     if (cause.empty()) {
+      std::fprintf(stderr, "%s: no restarts left (--max-restarts %d): the job ends on every node\n",
+                   o.name().c_str(), o.max_restarts());
       rdzv.close(concat("node ", node, ": rank ", workers->failed().rank, " ",
                         describe_exit(workers->failed().status), "; no restarts left (",
                         o.max_restarts(), ")"));

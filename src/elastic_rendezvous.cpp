@@ -1,5 +1,10 @@
 #include "elastic_rendezvous.h"
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -94,6 +99,37 @@ void remove(std::vector<std::string>& v, const std::string& x) {
   v.erase(std::remove(v.begin(), v.end(), x), v.end());
 }
 
+// LibTorch 2.14's TCPStore client waits for an answer without a time limit (recv() on a blocking
+// socket; its timeout applies to waiting for keys only), so a node whose link is cut would hang
+// in its next store call for good. This process's sockets to the store's port get a receive and
+// send limit instead: a call then fails with c10d's "Socket Timeout" after `limit`. They are
+// found by their peer's port (what the server accepted has the port as its own, not its peer's).
+void limit_store_socket_waits(int port, std::chrono::milliseconds limit) {
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) return;
+  const timeval tv{time_t(limit.count() / 1000), suseconds_t(limit.count() % 1000 * 1000)};
+  while (const dirent* entry = ::readdir(fds)) {
+    const int fd = std::atoi(entry->d_name);
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (entry->d_name[0] == '.' || ::getpeername(fd, (sockaddr*)&peer, &len) != 0) continue;
+    const int peer_port = peer.ss_family == AF_INET    ? ntohs(((sockaddr_in*)&peer)->sin_port)
+                          : peer.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&peer)->sin6_port)
+                                                       : -1;
+    if (peer_port != port) continue;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  ::closedir(fds);
+}
+
+// A client of the store at s.host:s.port whose calls fail after `limit` rather than hang.
+Store store_client(const RendezvousSettings& s, std::chrono::milliseconds limit) {
+  Store store = tcp_store(s.host, s.port, false, 1, limit);
+  limit_store_socket_waits(s.port, limit);
+  return store;
+}
+
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
@@ -102,12 +138,13 @@ std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end(
 class Liveness {
  public:
   Liveness(std::chrono::milliseconds timeout) : timeout_(timeout) {}
-  bool dead(c10d::Store& store, const std::string& node) {
+  /// Whether the counter under `key` has not moved for the timeout.
+  bool dead(c10d::Store& store, const std::string& key) {
     const auto now = Clock::now();
-    Seen& seen = seen_[node];
+    Seen& seen = seen_[key];
     if (seen.looked != Clock::time_point{} && now - seen.looked < std::chrono::seconds(1))
       return now - seen.changed > timeout_;  // looked less than a second ago
-    const int64_t beats = store.add("hb/" + node, 0);
+    const int64_t beats = store.add(key, 0);
     if (seen.looked == Clock::time_point{} || beats != seen.beats) seen.changed = now;
     seen.beats = beats;
     seen.looked = now;
@@ -152,7 +189,7 @@ class Heartbeat {
       lock.unlock();
       std::string error;
       try {
-        if (!store) store = tcp_store(s_.host, s_.port, false, 1, s_.keep_alive);
+        if (!store) store = store_client(s_, s_.keep_alive);
         store->add(key_, 1);
       } catch (const std::exception& e) {
         error = e.what();
@@ -220,7 +257,36 @@ struct ElasticRendezvous::Impl {
     }
   }
   std::string waiting_text(const State& s, Clock::time_point deadline) const;
+  void register_agent(bool present);
+  size_t other_live_agents();
 };
+
+// Every agent of any job that uses this store, one "ID NODE" line each: the store's host keeps
+// it up until the others have left (another job may share the endpoint).
+constexpr char kAgentsKey[] = "rdzv_agents";
+
+void ElasticRendezvous::Impl::register_agent(bool present) {
+  const std::string line = concat(s.run_id, " ", node, "\n");
+  while (true) {
+    const std::string old = server->check({kAgentsKey}) ? string_of(server->get(kAgentsKey)) : "";
+    std::string next = old;
+    const size_t at = next.find(line);
+    if (present && at == std::string::npos) next += line;
+    if (!present && at != std::string::npos) next.erase(at, line.size());
+    if (next == old || string_of(server->compareSet(kAgentsKey, bytes(old), bytes(next))) == next)
+      return;
+  }
+}
+
+size_t ElasticRendezvous::Impl::other_live_agents() {
+  const std::string text = server->check({kAgentsKey}) ? string_of(server->get(kAgentsKey)) : "";
+  std::istringstream in(text);
+  size_t live = 0;
+  for (std::string id, name; in >> id >> name;) {
+    if (name != node && !liveness.dead(*server, concat("rdzv/", id, "/hb/", name))) ++live;
+  }
+  return live;
+}
 
 void ElasticRendezvous::Impl::connect() {
   const std::chrono::milliseconds op_timeout = s.keep_alive * s.keep_alive_max_attempt;
@@ -245,10 +311,11 @@ void ElasticRendezvous::Impl::connect() {
                                 " did not answer within ", s.join_timeout.count() / 1000.0,
                                 " s; start the agent on that host, or check --rdzv-endpoint"));
     }
-    server = tcp_store(s.host, s.port, false, 1, op_timeout);
+    server = store_client(s, op_timeout);
   }
   store = c10::make_intrusive<c10d::PrefixStore>(concat("rdzv/", s.run_id), server);
   heartbeat = std::make_unique<Heartbeat>(s, concat("rdzv/", s.run_id, "/hb/", node));
+  register_agent(true);
 }
 
 std::pair<std::string, State> ElasticRendezvous::Impl::read() {
@@ -263,7 +330,7 @@ bool ElasticRendezvous::Impl::replace(const std::string& old_text, const State& 
 }
 
 void ElasticRendezvous::Impl::drop_dead(State& st) {
-  auto dead = [&](const std::string& n) { return n != node && liveness.dead(*store, n); };
+  auto dead = [&](const std::string& n) { return n != node && liveness.dead(*store, "hb/" + n); };
   st.waiting.erase(std::remove_if(st.waiting.begin(), st.waiting.end(), dead), st.waiting.end());
   if (st.complete) return;  // a running round's dead are the running nodes' to notice
   for (auto* list : {&st.participants, &st.expected})
@@ -297,7 +364,7 @@ void ElasticRendezvous::Impl::try_complete(State& st) {
 void ElasticRendezvous::Impl::begin_next_round(State& st, const std::string& cause) {
   std::vector<std::string> alive;
   for (const std::string& n : st.participants) {
-    if (n == node || !liveness.dead(*store, n)) alive.push_back(n);
+    if (n == node || !liveness.dead(*store, "hb/" + n)) alive.push_back(n);
   }
   st.previous = st.participants;
   st.expected = alive;
@@ -399,7 +466,7 @@ RoundStatus ElasticRendezvous::check(const Round& round) {
               concat("node(s) ", join_words(st.waiting, ", "), " asked to join")};
     }
     for (const std::string& n : round.nodes) {
-      if (n != m.node && m.liveness.dead(*m.store, n)) {
+      if (n != m.node && m.liveness.dead(*m.store, "hb/" + n)) {
         return {RoundStatus::kNodeLost,
                 concat("node ", n, " stopped answering (no heartbeat for ",
                        (m.s.keep_alive * m.s.keep_alive_max_attempt).count() / 1000.0, " s)")};
@@ -469,6 +536,19 @@ void ElasticRendezvous::depart(const Round& round) {
     for (int64_t n = gone; m.host && n < int64_t(round.nodes.size()) && Clock::now() < until;
          n = m.store->add(concat("round_", round.number, "/gone"), 0)) {
       std::this_thread::sleep_for(kPoll);  // bounded by `until`
+    }
+    m.register_agent(false);
+    if (!m.host) return;
+    // Agents of other jobs at this endpoint: until each has left or stopped beating.
+    for (size_t others = m.other_live_agents(), said = 0; others > 0;
+         others = m.other_live_agents()) {
+      if (said++ == 0) {
+        std::fprintf(stderr,
+                     "%s: this node's job is over; it still hosts the rendezvous store for %zu "
+                     "agent(s) of other jobs at %s:%d, until they leave\n",
+                     m.s.name.c_str(), others, m.s.host.c_str(), m.s.port);
+      }
+      std::this_thread::sleep_for(kPoll);  // each other agent leaves, or its heartbeat stops
     }
   });
 }

@@ -87,7 +87,8 @@ class ElasticRendezvous {
   /// (kNewRound: join it); kRunning when `stopped()` turned true first.
   RoundStatus finish(const Round& round, const std::function<bool()>& stopped);
   /// The job is closed and this node goes: the store's host first waits (at most 10 s) for the
-  /// other nodes of `round` to have read that, so that none finds the store gone.
+  /// other nodes of `round` to have read that, so that none finds the store gone, then for the
+  /// agents of other jobs at the same endpoint to leave (or stop beating).
   void depart(const Round& round);
   /// Ends the job for every node with `cause` (a failure that used up its restarts).
   void close(const std::string& cause);
