@@ -1,10 +1,5 @@
 #include "elastic_rendezvous.h"
 
-#include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -17,6 +12,7 @@
 #include <c10/util/Logging.h>
 
 #include "ddp/error.h"
+#include "elastic_state.h"
 #include "rendezvous_wait.h"
 #include "tcp_store.h"
 
@@ -32,95 +28,6 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// The rendezvous as every node sees it: one text value, replaced whole by compare-and-set.
-struct State {
-  int64_t round = 1;      // the round forming (complete = false) or running
-  bool complete = false;  // formed: its participants run, newcomers wait
-  int64_t deadline = 0;   // wall-clock ms when the last call ends (0: not started)
-  std::vector<std::string> participants, waiting;
-  std::vector<std::string> expected;  // the live nodes of the previous round, not yet back
-  std::vector<std::string> previous;  // the previous round's order, kept by the next
-  std::string cause;                  // why this round began
-  std::string closed;                 // non-empty: the job is over, and how
-
-  bool operator==(const State& o) const {
-    return round == o.round && complete == o.complete && deadline == o.deadline &&
-           participants == o.participants && waiting == o.waiting && expected == o.expected &&
-           previous == o.previous && cause == o.cause && closed == o.closed;
-  }
-};
-
-std::string join_words(const std::vector<std::string>& words, const char* separator = " ") {
-  std::string out;
-  for (const std::string& w : words) out += (out.empty() ? "" : separator) + w;
-  return out;
-}
-
-std::string text_of(const State& s) {
-  std::ostringstream out;
-  out << "round " << s.round << "\ncomplete " << s.complete << "\ndeadline " << s.deadline
-      << "\nparticipants " << join_words(s.participants) << "\nwaiting " << join_words(s.waiting)
-      << "\nexpected " << join_words(s.expected) << "\nprevious " << join_words(s.previous)
-      << "\ncause " << s.cause << "\nclosed " << s.closed << "\n";
-  return out.str();
-}
-
-State state_of(const std::string& text) {
-  State s;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    std::istringstream words(value);
-    std::vector<std::string> list;
-    for (std::string w; words >> w;) list.push_back(w);
-    if (key == "round") s.round = std::stoll(value);
-    if (key == "complete") s.complete = value == "1";
-    if (key == "deadline") s.deadline = std::stoll(value);
-    if (key == "participants") s.participants = list;
-    if (key == "waiting") s.waiting = list;
-    if (key == "expected") s.expected = list;
-    if (key == "previous") s.previous = list;
-    if (key == "cause") s.cause = value;
-    if (key == "closed") s.closed = value;
-  }
-  return s;
-}
-
-bool contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-void remove(std::vector<std::string>& v, const std::string& x) {
-  v.erase(std::remove(v.begin(), v.end(), x), v.end());
-}
-
-// LibTorch 2.14's TCPStore client waits for an answer without a time limit (recv() on a blocking
-// socket; its timeout applies to waiting for keys only), so a node whose link is cut would hang
-// in its next store call for good. This process's sockets to the store's port get a receive and
-// send limit instead: a call then fails with c10d's "Socket Timeout" after `limit`. They are
-// found by their peer's port (what the server accepted has the port as its own, not its peer's).
-void limit_store_socket_waits(int port, std::chrono::milliseconds limit) {
-  DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) return;
-  const timeval tv{time_t(limit.count() / 1000), suseconds_t(limit.count() % 1000 * 1000)};
-  while (const dirent* entry = ::readdir(fds)) {
-    const int fd = std::atoi(entry->d_name);
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    if (entry->d_name[0] == '.' || ::getpeername(fd, (sockaddr*)&peer, &len) != 0) continue;
-    const int peer_port = peer.ss_family == AF_INET    ? ntohs(((sockaddr_in*)&peer)->sin_port)
-                          : peer.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&peer)->sin6_port)
-                                                       : -1;
-    if (peer_port != port) continue;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  }
-  ::closedir(fds);
 }
 
 // A client of the store at s.host:s.port whose calls fail after `limit` rather than hang.

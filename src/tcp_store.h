@@ -3,11 +3,15 @@
 // Internal to libddp; header-only, so that it adds no translation unit of c10d headers.
 #pragma once
 
+#include <dirent.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -40,6 +44,30 @@ inline int store_listen_socket(const std::string& host, int port) {
         concat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
   }
   return fd.release();  // the store owns it from here
+}
+
+// LibTorch 2.14's TCPStore client waits for an answer without a time limit (recv() on a blocking
+// socket; its timeout applies to waiting for keys only), so a node whose link is cut would hang
+// in its next store call for good. This process's sockets to the store's port get a receive and
+// send limit instead: a call then fails with c10d's "Socket Timeout" after `limit`. They are
+// found by their peer's port (what the server accepted has the port as its own, not its peer's).
+inline void limit_store_socket_waits(int port, std::chrono::milliseconds limit) {
+  DIR* fds = ::opendir("/proc/self/fd");
+  if (fds == nullptr) return;
+  const timeval tv{time_t(limit.count() / 1000), suseconds_t(limit.count() % 1000 * 1000)};
+  while (const dirent* entry = ::readdir(fds)) {
+    const int fd = std::atoi(entry->d_name);
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (entry->d_name[0] == '.' || ::getpeername(fd, (sockaddr*)&peer, &len) != 0) continue;
+    const int peer_port = peer.ss_family == AF_INET    ? ntohs(((sockaddr_in*)&peer)->sin_port)
+                          : peer.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&peer)->sin6_port)
+                                                       : -1;
+    if (peer_port != port) continue;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  ::closedir(fds);
 }
 
 /// A TCPStore server on host:port, or a client of one.

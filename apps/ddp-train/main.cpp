@@ -77,7 +77,7 @@ int train(const std::vector<std::string>& args) {
   if (options.nproc_per_node > 0 && world.source == "default") {
     // The reference program's mp.spawn: this process becomes the launcher of N workers of
     // itself, with the same flags minus the launcher's own.
-    ddp::LaunchOptions launch;
+    ddp::LaunchOptions launch = options.launcher;  // --nnodes, --rdzv-*, --max-restarts, ...
     launch.name("ddp-train");
     launch.nproc_per_node(options.nproc_per_node);
     if (world.master_port_set) launch.master_port(world.master_port);
@@ -86,7 +86,9 @@ int train(const std::vector<std::string>& args) {
     launch.cpu_bind(options.cpu_bind);
     launch.command({self_executable()});
     // The launcher's own flags stay with it; the workers get the rest.
-    const std::vector<std::string> launcher_flags = {"--nproc-per-node", "--cpu-bind"};
+    const std::vector<std::string> launcher_flags = {
+        "--nproc-per-node", "--cpu-bind",  "--nnodes",       "--rdzv-backend",    "--rdzv-endpoint",
+        "--rdzv-id",        "--rdzv-conf", "--max-restarts", "--monitor-interval"};
     for (size_t i = 0; i < args.size(); ++i) {
       bool launcher_flag = false;
       for (const std::string& flag : launcher_flags) {

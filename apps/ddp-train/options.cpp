@@ -4,6 +4,7 @@
 #include "ddp/comm_hook_registry.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
+#include "elastic_flags.h"
 #include "flags.h"
 
 namespace ddp::train {
@@ -119,226 +120,228 @@ cli::Flag<O> lockstep_flag() {
 // The flags, one entry each: a declarative table.
 const cli::FlagTable<O>& table() {
   constexpr int64_t kHuge = int64_t(1) << 40;
-  static const cli::FlagTable<O> flags(
-      "ddp-train",
-      {
-          dataset_flag(),
-          text_flag<O>("--data-dir", "DIR",
-                       "where the data set is (default: data for CIFAR-10 — the directory "
-                       "cifar-10-batches-bin or its parent; /usr/share/datasets/fashion-mnist for "
-                       "Fashion-MNIST; data/mnist for MNIST; imagefolder needs it)",
-                       &O::data_dir),
-          switch_flag<O>("--download",
-                         "fetch CIFAR-10 into --data-dir first if it is not there (MD5-checked)",
-                         &O::download),
-          text_flag<O>("--download-url", "URL",
-                       "where --download fetches cifar-10-binary.tar.gz from (a mirror)",
-                       &O::download_url),
-          text_flag<O>("--download-md5", "HEX",
-                       "the MD5 the downloaded archive must have (with --download-url)",
-                       &O::download_md5),
-          switch_flag<O>("--normalize", "normalise each channel by the data set's mean and std",
-                         &O::normalize),
-          switch_flag<O>("--random-crop",
-                         "random crop with zero padding 4 (seeded, per batch; the in-memory sets: "
-                         "imagefolder always takes RandomResizedCrop)",
-                         &O::random_crop),
-          switch_flag<O>("--hflip", "random horizontal flip (seeded, per batch)",
-                         &O::horizontal_flip),
-          switch_flag<O>("--channels-last",
-                         "keep images and conv weights in NHWC memory (faster with oneDNN)",
-                         &O::channels_last),
-          int_flag<O>("--image-size", "N",
-                      "imagefolder: training takes RandomResizedCrop(N) + --hflip, evaluation "
-                      "Resize(N*256/224) + CenterCrop(N), as torchvision's ImageNet example "
-                      "(default 224)",
-                      &O::image_size, 32, 4096),
-          switch_flag<O>("--full-decode",
-                         "imagefolder training: decode every JPEG in full, for torchvision's "
-                         "pixels exactly (default: at 1/2, 1/4 or 1/8 scale where the crop is "
-                         "still at least --image-size at that scale, as PIL's draft() does)",
-                         &O::full_decode),
-          int_flag<O>("--loader-threads", "N",
-                      "threads per rank that read, decode and transform samples (default 0: one "
-                      "for the in-memory sets; for imagefolder one per rank on the CPU, and the "
-                      "rank's cores less one on a GPU)",
-                      &O::loader_threads, 0, 1024),
-          choice_flag<O>("--on-bad-sample", "WHAT",
-                         "a file that cannot be read or decoded: stop (default) names it and "
-                         "stops the run; skip warns once per file, counts it (bad_samples in "
-                         "--metrics) and takes a deterministic other sample in its place",
-                         &O::on_bad_sample, "policy", kOnBadSample),
-          choice_flag<O>("--model", "NAME",
-                         "net: the reference CNN (default); resnet: a small residual network with "
-                         "BatchNorm (SyncBatchNorm across ranks when distributed); resnet18, "
-                         "resnet50: torchvision's, with its state-dict names",
-                         &O::model, "model", kModels),
-          config_flag(),
-          choice_flag<O>(
-              "--preset", "NAME",
-              "reference (default): the reference program exactly; fast: a better recipe for "
-              "the same model (--lr 0.05 --weight-decay 5e-4 --lr-schedule cosine "
-              "--warmup-epochs 0.2 --normalize --hflip (not for mnist) --channels-last); flags "
-              "given as well override it",
-              &O::preset, "preset", kPresets),
-          int_flag<O>("--epochs", "N", "epochs to train (default 10)", &O::epochs, 1, 100000),
-          int_flag<O>("--batch-size", "N", "images per rank per step (default 64)", &O::batch_size,
-                      1, 65536),
-          choice_flag<O>("--optimizer", "NAME", "sgd (default, with --momentum) or adam",
-                         &O::optimizer, "optimizer", kOptimizers),
-          switch_flag<O>("--no-pad",
-                         "visit every training image exactly once per epoch: no padding of the "
-                         "shards; ranks with one batch fewer join (shadow the others' "
-                         "all-reduces) instead of hanging them",
-                         &O::no_pad),
-          switch_flag<O>("--local-batchnorm",
-                         "batch norm takes each rank's own batch statistics, as PyTorch DDP does "
-                         "for a model not converted to SyncBatchNorm (default: over all ranks)",
-                         &O::local_batchnorm),
-          switch_flag<O>("--zero",
-                         "shard the optimizer state over the ranks (ZeRO stage 1): each keeps "
-                         "~1/W of it, same weights",
-                         &O::zero),
-          real_flag<O>("--lr", "X", "learning rate (default 0.001)", &O::lr, 0, 1e3),
-          choice_flag<O>("--lr-schedule", "NAME",
-                         "constant (default) or cosine: the learning rate falls along a half "
-                         "cosine to 0 at the last step",
-                         &O::lr_schedule, "schedule", kSchedules),
-          real_flag<O>("--warmup-epochs", "X",
-                       "raise the learning rate linearly from 0 to --lr over the first X epochs "
-                       "(default 0)",
-                       &O::warmup_epochs, 0, 1e6),
-          real_flag<O>("--momentum", "X", "SGD momentum (default 0.9)", &O::momentum, 0, 1),
-          real_flag<O>("--weight-decay", "X", "SGD weight decay (default 0)", &O::weight_decay, 0,
-                       1),
-          int_flag<O>("--seed", "N",
-                      "seed of the model's initial weights, the shuffling and the augmentation "
-                      "(default 0)",
-                      &O::seed, 0, int64_t(1) << 62),
-          int_flag<O>("--threads", "N",
-                      concat("intra-op threads per worker (default 0: cores / workers on this "
-                             "node, or ",
-                             env::kOmpNumThreads, ")"),
-                      &O::threads, 0, 1024),
-          int_flag<O>("--max-steps", "N",
-                      "stop each epoch after N steps (default 0: the whole epoch)", &O::max_steps,
-                      0, kHuge),
-          text_flag<O>("--metrics", "FILE",
-                       "append JSON-lines metrics (steps and epochs) to FILE (rank 0)",
-                       &O::metrics),
-          text_flag<O>("--step-trace", "PREFIX",
-                       "every rank writes its steps' times (batch ready, forward, own backward, "
-                       "gradients averaged, optimizer; monotonic-clock seconds) to "
-                       "PREFIX.RANK.csv, to find a straggling rank; bench/step_trace.py "
-                       "summarises them",
-                       &O::step_trace),
-          text_flag<O>("--tensorboard", "DIR",
-                       "write TensorBoard event files to DIR (rank 0): train/loss and train/lr "
-                       "per logged step, epoch/train_loss, epoch/test_loss, epoch/test_accuracy "
-                       "and epoch/images_per_second",
-                       &O::tensorboard),
-          text_flag<O>("--trace", "FILE",
-                       "write a timeline of every rank (Chrome/Perfetto JSON: data wait, forward, "
-                       "backward, each bucket's all-reduce, optimizer, evaluation, checkpoint) "
-                       "to FILE at the end (rank 0); `ddp-train plot-trace FILE` draws it",
-                       &O::trace),
-          text_flag<O>("--debug-dir", "DIR",
-                       "when a collective fails or times out, or a rank gets SIGTERM, every rank "
-                       "writes its last collectives to DIR/flight-rank-N.json and the launcher "
-                       "names the rank the others waited for; `ddp-train analyze DIR` says it "
-                       "again (also " +
-                           std::string(env::kDebugDir) + ")",
-                       &O::debug_dir),
-          switch_flag<O>("--debug-collectives",
-                         "before each collective, check that every rank issues the same one "
-                         "(operation, dtype, shape): a mismatch fails at once naming both, "
-                         "instead of hanging (a store round trip per collective; also " +
-                             std::string(env::kDebugCollectives) + "=1)",
-                         &O::debug_collectives),
-          int_flag<O>("--log-every", "N", "log the loss every N steps (default 50)", &O::log_every,
-                      1, kHuge),
-          choice_flag<O>("--on-nan", "stop|skip",
-                         "a non-finite loss or gradient: stop with the step and rank named "
-                         "(default), or skip that step",
-                         &O::on_nan, "action", kOnNan),
-          switch_flag<O>("--no-eval", "skip the test-set evaluation after each epoch", &O::no_eval),
-          device_flag(),
-          choice_flag<O>("--precision", "fp32|bf16",
-                         "the forward pass and evaluation: fp32 (default), or bf16 under autocast "
-                         "(convolutions and linear layers in bfloat16; weights, gradients and the "
-                         "optimizer stay fp32); fast only on CPUs with AVX512-BF16 or AMX, and on "
-                         "GPUs",
-                         &O::precision, "precision", kPrecisions),
-          choice_flag<O>("--backend", "NAME",
-                         "auto (default): nccl on a GPU (CUDA builds of LibTorch), gloo on the "
-                         "CPU; gloo; nccl; mpi where LibTorch has it",
-                         &O::backend, "backend", kBackends),
-          init_method_flag(),
-          real_flag<O>("--timeout", "SECONDS",
-                       "limit for every collective; a silent peer fails the job after it "
-                       "(default 300)",
-                       &O::timeout, 0.1, 86400),
-          real_flag<O>("--rendezvous-timeout", "SECONDS",
-                       "limit for all ranks to meet at the start (default 120)",
-                       &O::rendezvous_timeout, 0.1, 86400),
-          real_flag<O>("--spin-wait-ms", "MS",
-                       "how long a rank polls a collective for completion (yielding its core) "
-                       "before it sleeps on it (default 20; 0: sleep at once, as PyTorch's "
-                       "Gloo). On a VM, waking a sleeping thread can take longer than the "
-                       "all-reduce",
-                       &O::spin_wait_ms, 0, 10000),
-          real_flag<O>("--bucket-cap-mb", "MB",
-                       "gradient bucket size for the all-reduce (default 25)", &O::bucket_cap_mb,
-                       0.001, 4096),
-          real_flag<O>("--first-bucket-cap-mb", "MB",
-                       "size of the first gradient bucket, reduced while backward goes on "
-                       "(default 1)",
-                       &O::first_bucket_cap_mb, 0.001, 4096),
-          comm_hook_flag(),
-          int_flag<O>("--nproc-per-node", "N",
-                      "start N workers of ddp-train on this machine (like mp.spawn / torchrun; "
-                      "default 0: this process is the worker)",
-                      &O::nproc_per_node, 0, 1024),
-          choice_flag<O>("--cpu-bind", "HOW", cli::kCpuBindHelp, &O::cpu_bind, "CPU binding",
-                         cli::kCpuBindNames),
-          switch_flag<O>("--dry-run",
-                         "print the effective configuration and the plan (world, shards, steps "
-                         "per epoch), then exit",
-                         &O::dry_run),
-          switch_flag<O>("--no-sync-baseline",
-                         "benchmark only: ranks train without averaging gradients (DDP overhead "
-                         "= step time with DDP / without)",
-                         &O::no_sync_baseline),
-          lockstep_flag(),
-          text_flag<O>("--checkpoint-dir", "DIR",
-                       "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
-                       &O::checkpoint_dir),
-          int_flag<O>("--checkpoint-every", "N",
-                      "write a checkpoint every N epochs (default 1; the last epoch always)",
-                      &O::checkpoint_every, 1, 1000000),
-          int_flag<O>("--checkpoint-every-steps", "N",
-                      "also write a checkpoint every N steps, mid-epoch, without stopping "
-                      "training: the state is copied into memory at the step's end and written "
-                      "by a background thread; a resume from it at the same world size is "
-                      "bit-exact (default 0: only at epoch ends)",
-                      &O::checkpoint_every_steps, 0, kHuge),
-          int_flag<O>("--keep", "K", "keep the K newest checkpoints (default 3)", &O::keep, 1,
-                      1000000),
-          text_flag<O>("--resume", "PATH|auto",
-                       "continue from a checkpoint; auto: the newest in --checkpoint-dir, if any",
-                       &O::resume),
-          text_flag<O>("--export", "FILE",
-                       "at the end, write the model's state dict for Python's torch.load (rank "
-                       "0)",
-                       &O::export_path),
-          text_flag<O>("--init-from", "FILE",
-                       "start from a state dict: an --export, a checkpoint, or Python's "
-                       "torch.save(net.state_dict())",
-                       &O::init_from),
-          text_flag<O>("--checkpoint", "FILE",
-                       "ddp-train evaluate: the checkpoint or state dict to evaluate",
-                       &O::checkpoint),
-      });
+  static const cli::FlagTable<O> flags = [] {
+    std::vector<cli::Flag<O>> list = {
+        dataset_flag(),
+        text_flag<O>("--data-dir", "DIR",
+                     "where the data set is (default: data for CIFAR-10 — the directory "
+                     "cifar-10-batches-bin or its parent; /usr/share/datasets/fashion-mnist for "
+                     "Fashion-MNIST; data/mnist for MNIST; imagefolder needs it)",
+                     &O::data_dir),
+        switch_flag<O>("--download",
+                       "fetch CIFAR-10 into --data-dir first if it is not there (MD5-checked)",
+                       &O::download),
+        text_flag<O>("--download-url", "URL",
+                     "where --download fetches cifar-10-binary.tar.gz from (a mirror)",
+                     &O::download_url),
+        text_flag<O>("--download-md5", "HEX",
+                     "the MD5 the downloaded archive must have (with --download-url)",
+                     &O::download_md5),
+        switch_flag<O>("--normalize", "normalise each channel by the data set's mean and std",
+                       &O::normalize),
+        switch_flag<O>("--random-crop",
+                       "random crop with zero padding 4 (seeded, per batch; the in-memory sets: "
+                       "imagefolder always takes RandomResizedCrop)",
+                       &O::random_crop),
+        switch_flag<O>("--hflip", "random horizontal flip (seeded, per batch)",
+                       &O::horizontal_flip),
+        switch_flag<O>("--channels-last",
+                       "keep images and conv weights in NHWC memory (faster with oneDNN)",
+                       &O::channels_last),
+        int_flag<O>("--image-size", "N",
+                    "imagefolder: training takes RandomResizedCrop(N) + --hflip, evaluation "
+                    "Resize(N*256/224) + CenterCrop(N), as torchvision's ImageNet example "
+                    "(default 224)",
+                    &O::image_size, 32, 4096),
+        switch_flag<O>("--full-decode",
+                       "imagefolder training: decode every JPEG in full, for torchvision's "
+                       "pixels exactly (default: at 1/2, 1/4 or 1/8 scale where the crop is "
+                       "still at least --image-size at that scale, as PIL's draft() does)",
+                       &O::full_decode),
+        int_flag<O>("--loader-threads", "N",
+                    "threads per rank that read, decode and transform samples (default 0: one "
+                    "for the in-memory sets; for imagefolder one per rank on the CPU, and the "
+                    "rank's cores less one on a GPU)",
+                    &O::loader_threads, 0, 1024),
+        choice_flag<O>("--on-bad-sample", "WHAT",
+                       "a file that cannot be read or decoded: stop (default) names it and "
+                       "stops the run; skip warns once per file, counts it (bad_samples in "
+                       "--metrics) and takes a deterministic other sample in its place",
+                       &O::on_bad_sample, "policy", kOnBadSample),
+        choice_flag<O>("--model", "NAME",
+                       "net: the reference CNN (default); resnet: a small residual network with "
+                       "BatchNorm (SyncBatchNorm across ranks when distributed); resnet18, "
+                       "resnet50: torchvision's, with its state-dict names",
+                       &O::model, "model", kModels),
+        config_flag(),
+        choice_flag<O>(
+            "--preset", "NAME",
+            "reference (default): the reference program exactly; fast: a better recipe for "
+            "the same model (--lr 0.05 --weight-decay 5e-4 --lr-schedule cosine "
+            "--warmup-epochs 0.2 --normalize --hflip (not for mnist) --channels-last); flags "
+            "given as well override it",
+            &O::preset, "preset", kPresets),
+        int_flag<O>("--epochs", "N", "epochs to train (default 10)", &O::epochs, 1, 100000),
+        int_flag<O>("--batch-size", "N", "images per rank per step (default 64)", &O::batch_size, 1,
+                    65536),
+        choice_flag<O>("--optimizer", "NAME", "sgd (default, with --momentum) or adam",
+                       &O::optimizer, "optimizer", kOptimizers),
+        switch_flag<O>("--no-pad",
+                       "visit every training image exactly once per epoch: no padding of the "
+                       "shards; ranks with one batch fewer join (shadow the others' "
+                       "all-reduces) instead of hanging them",
+                       &O::no_pad),
+        switch_flag<O>("--local-batchnorm",
+                       "batch norm takes each rank's own batch statistics, as PyTorch DDP does "
+                       "for a model not converted to SyncBatchNorm (default: over all ranks)",
+                       &O::local_batchnorm),
+        switch_flag<O>("--zero",
+                       "shard the optimizer state over the ranks (ZeRO stage 1): each keeps "
+                       "~1/W of it, same weights",
+                       &O::zero),
+        real_flag<O>("--lr", "X", "learning rate (default 0.001)", &O::lr, 0, 1e3),
+        choice_flag<O>("--lr-schedule", "NAME",
+                       "constant (default) or cosine: the learning rate falls along a half "
+                       "cosine to 0 at the last step",
+                       &O::lr_schedule, "schedule", kSchedules),
+        real_flag<O>("--warmup-epochs", "X",
+                     "raise the learning rate linearly from 0 to --lr over the first X epochs "
+                     "(default 0)",
+                     &O::warmup_epochs, 0, 1e6),
+        real_flag<O>("--momentum", "X", "SGD momentum (default 0.9)", &O::momentum, 0, 1),
+        real_flag<O>("--weight-decay", "X", "SGD weight decay (default 0)", &O::weight_decay, 0, 1),
+        int_flag<O>("--seed", "N",
+                    "seed of the model's initial weights, the shuffling and the augmentation "
+                    "(default 0)",
+                    &O::seed, 0, int64_t(1) << 62),
+        int_flag<O>("--threads", "N",
+                    concat("intra-op threads per worker (default 0: cores / workers on this "
+                           "node, or ",
+                           env::kOmpNumThreads, ")"),
+                    &O::threads, 0, 1024),
+        int_flag<O>("--max-steps", "N",
+                    "stop each epoch after N steps (default 0: the whole epoch)", &O::max_steps, 0,
+                    kHuge),
+        text_flag<O>("--metrics", "FILE",
+                     "append JSON-lines metrics (steps and epochs) to FILE (rank 0)", &O::metrics),
+        text_flag<O>("--step-trace", "PREFIX",
+                     "every rank writes its steps' times (batch ready, forward, own backward, "
+                     "gradients averaged, optimizer; monotonic-clock seconds) to "
+                     "PREFIX.RANK.csv, to find a straggling rank; bench/step_trace.py "
+                     "summarises them",
+                     &O::step_trace),
+        text_flag<O>("--tensorboard", "DIR",
+                     "write TensorBoard event files to DIR (rank 0): train/loss and train/lr "
+                     "per logged step, epoch/train_loss, epoch/test_loss, epoch/test_accuracy "
+                     "and epoch/images_per_second",
+                     &O::tensorboard),
+        text_flag<O>("--trace", "FILE",
+                     "write a timeline of every rank (Chrome/Perfetto JSON: data wait, forward, "
+                     "backward, each bucket's all-reduce, optimizer, evaluation, checkpoint) "
+                     "to FILE at the end (rank 0); `ddp-train plot-trace FILE` draws it",
+                     &O::trace),
+        text_flag<O>("--debug-dir", "DIR",
+                     "when a collective fails or times out, or a rank gets SIGTERM, every rank "
+                     "writes its last collectives to DIR/flight-rank-N.json and the launcher "
+                     "names the rank the others waited for; `ddp-train analyze DIR` says it "
+                     "again (also " +
+                         std::string(env::kDebugDir) + ")",
+                     &O::debug_dir),
+        switch_flag<O>("--debug-collectives",
+                       "before each collective, check that every rank issues the same one "
+                       "(operation, dtype, shape): a mismatch fails at once naming both, "
+                       "instead of hanging (a store round trip per collective; also " +
+                           std::string(env::kDebugCollectives) + "=1)",
+                       &O::debug_collectives),
+        int_flag<O>("--log-every", "N", "log the loss every N steps (default 50)", &O::log_every, 1,
+                    kHuge),
+        choice_flag<O>("--on-nan", "stop|skip",
+                       "a non-finite loss or gradient: stop with the step and rank named "
+                       "(default), or skip that step",
+                       &O::on_nan, "action", kOnNan),
+        switch_flag<O>("--no-eval", "skip the test-set evaluation after each epoch", &O::no_eval),
+        device_flag(),
+        choice_flag<O>("--precision", "fp32|bf16",
+                       "the forward pass and evaluation: fp32 (default), or bf16 under autocast "
+                       "(convolutions and linear layers in bfloat16; weights, gradients and the "
+                       "optimizer stay fp32); fast only on CPUs with AVX512-BF16 or AMX, and on "
+                       "GPUs",
+                       &O::precision, "precision", kPrecisions),
+        choice_flag<O>("--backend", "NAME",
+                       "auto (default): nccl on a GPU (CUDA builds of LibTorch), gloo on the "
+                       "CPU; gloo; nccl; mpi where LibTorch has it",
+                       &O::backend, "backend", kBackends),
+        init_method_flag(),
+        real_flag<O>("--timeout", "SECONDS",
+                     "limit for every collective; a silent peer fails the job after it "
+                     "(default 300)",
+                     &O::timeout, 0.1, 86400),
+        real_flag<O>("--rendezvous-timeout", "SECONDS",
+                     "limit for all ranks to meet at the start (default 120)",
+                     &O::rendezvous_timeout, 0.1, 86400),
+        real_flag<O>("--spin-wait-ms", "MS",
+                     "how long a rank polls a collective for completion (yielding its core) "
+                     "before it sleeps on it (default 20; 0: sleep at once, as PyTorch's "
+                     "Gloo). On a VM, waking a sleeping thread can take longer than the "
+                     "all-reduce",
+                     &O::spin_wait_ms, 0, 10000),
+        real_flag<O>("--bucket-cap-mb", "MB",
+                     "gradient bucket size for the all-reduce (default 25)", &O::bucket_cap_mb,
+                     0.001, 4096),
+        real_flag<O>("--first-bucket-cap-mb", "MB",
+                     "size of the first gradient bucket, reduced while backward goes on "
+                     "(default 1)",
+                     &O::first_bucket_cap_mb, 0.001, 4096),
+        comm_hook_flag(),
+        int_flag<O>("--nproc-per-node", "N",
+                    "start N workers of ddp-train on this machine (like mp.spawn / torchrun; "
+                    "default 0: this process is the worker)",
+                    &O::nproc_per_node, 0, 1024),
+        choice_flag<O>("--cpu-bind", "HOW", cli::kCpuBindHelp, &O::cpu_bind, "CPU binding",
+                       cli::kCpuBindNames),
+        switch_flag<O>("--dry-run",
+                       "print the effective configuration and the plan (world, shards, steps "
+                       "per epoch), then exit",
+                       &O::dry_run),
+        switch_flag<O>("--no-sync-baseline",
+                       "benchmark only: ranks train without averaging gradients (DDP overhead "
+                       "= step time with DDP / without)",
+                       &O::no_sync_baseline),
+        lockstep_flag(),
+        text_flag<O>("--checkpoint-dir", "DIR",
+                     "write checkpoints (model, optimizer, epoch, RNG) here, from rank 0",
+                     &O::checkpoint_dir),
+        int_flag<O>("--checkpoint-every", "N",
+                    "write a checkpoint every N epochs (default 1; the last epoch always)",
+                    &O::checkpoint_every, 1, 1000000),
+        int_flag<O>("--checkpoint-every-steps", "N",
+                    "also write a checkpoint every N steps, mid-epoch, without stopping "
+                    "training: the state is copied into memory at the step's end and written "
+                    "by a background thread; a resume from it at the same world size is "
+                    "bit-exact (default 0: only at epoch ends)",
+                    &O::checkpoint_every_steps, 0, kHuge),
+        int_flag<O>("--keep", "K", "keep the K newest checkpoints (default 3)", &O::keep, 1,
+                    1000000),
+        text_flag<O>("--resume", "PATH|auto",
+                     "continue from a checkpoint; auto: the newest in --checkpoint-dir, if any",
+                     &O::resume),
+        text_flag<O>("--export", "FILE",
+                     "at the end, write the model's state dict for Python's torch.load (rank "
+                     "0)",
+                     &O::export_path),
+        text_flag<O>("--init-from", "FILE",
+                     "start from a state dict: an --export, a checkpoint, or Python's "
+                     "torch.save(net.state_dict())",
+                     &O::init_from),
+        text_flag<O>("--checkpoint", "FILE",
+                     "ddp-train evaluate: the checkpoint or state dict to evaluate",
+                     &O::checkpoint),
+    };
+    // With --nproc-per-node, the launcher's membership flags (ddprun's, torchrun's).
+    for (auto& f : cli::elastic_flags<O>([](auto& o) -> auto& { return o.launcher; }))
+      list.push_back(f);
+    return cli::FlagTable<O>("ddp-train", std::move(list));
+  }();
   return flags;
 }
 
@@ -362,6 +365,14 @@ void check_combinations(const TrainOptions& options) {
   if (!options.resume.empty() && !options.init_from.empty()) {
     throw InvalidArgument(
         "--resume and --init-from exclude each other: a checkpoint already holds the weights");
+  }
+  const LaunchOptions& l = options.launcher;
+  const bool launcher_flags = l.nnodes() != 1 || l.rdzv_backend() != "static" ||
+                              !l.rdzv_endpoint().empty() || l.max_restarts() > 0;
+  if (launcher_flags && options.nproc_per_node == 0) {
+    throw InvalidArgument(
+        "--nnodes, --rdzv-backend, --rdzv-endpoint and --max-restarts are the launcher's: add "
+        "--nproc-per-node N (workers on this node), or give them to ddprun");
   }
   if (options.checkpoint_every_steps > 0 && options.checkpoint_dir.empty()) {
     throw InvalidArgument("--checkpoint-every-steps needs --checkpoint-dir (where to write them)");

@@ -10,6 +10,7 @@
 #include "ddp/cpu_binding.h"
 #include "ddp/data/dataset.h"
 #include "ddp/data/loader.h"
+#include "ddp/launch.h"
 #include "ddp/precision.h"
 
 namespace ddp::train {
@@ -84,9 +85,10 @@ struct TrainOptions {
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16 or powersgd[:rank[:start]]
   int nproc_per_node = 0;               // > 0: start this many workers of ddp-train
   CpuBind cpu_bind = CpuBind::kNone;    // the launcher's placement of its workers on the CPUs
-  bool dry_run = false;                 // print the configuration and the plan, train nothing
-  bool no_sync_baseline = false;        // benchmark: ranks train without the gradient all-reduce
-  bool lockstep_baseline = false;       // benchmark: ... but wait for each other every step
+  LaunchOptions launcher;          // with --nproc-per-node: --nnodes, --rdzv-*, --max-restarts, ...
+  bool dry_run = false;            // print the configuration and the plan, train nothing
+  bool no_sync_baseline = false;   // benchmark: ranks train without the gradient all-reduce
+  bool lockstep_baseline = false;  // benchmark: ... but wait for each other every step
   // Checkpoints and interop.
   std::string checkpoint_dir;
   int checkpoint_every = 1;            // epochs

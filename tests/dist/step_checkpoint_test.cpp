@@ -61,6 +61,24 @@ TEST_F(StepCheckpointTest, AKilledRunResumesMidEpochBitForBit) {
                                              "checkpoint-epoch-0002.pt"}));
 }
 
+// A checkpoint 4 steps into epoch 2 at world size 2 resumed at world size 3 (an elastic round
+// with a node more): the 512 images already trained are skipped and the other 1,488 shared out
+// over the 3 ranks, which end with the same weights.
+TEST_F(StepCheckpointTest, AResumeAtAnotherWorldSizeSharesOutTheRestOfTheEpoch) {
+  test::TempDir dir;
+  const auto killed = test::run(train(dir / "ck", {}), {{"DDP_FAULT", "exit@23:1"}}, 180s);
+  ASSERT_NE(killed.exit_code, 0) << killed.output;
+  std::vector<std::string> argv = train(dir / "ck", {"--resume", "auto"});
+  argv[4] = "3";  // --nproc-per-node
+  const auto resumed = test::run(argv, {}, 180s);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 2: 512 of its samples were trained at another world size; "
+                                "the other 1488 are shared out over these 3 ranks: 8 steps"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(test::weight_fingerprints(resumed.output).size(), 1u);
+}
+
 // SIGKILL while checkpoints are written every step (so a kill most likely lands in a background
 // write): the newest finished checkpoint loads, and a partial file never has a checkpoint's name.
 TEST_F(StepCheckpointTest, AKillDuringABackgroundWriteLeavesTheNewestCheckpointLoadable) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "ddp/error.h"
@@ -152,6 +153,40 @@ TEST(DistributedSampler, SetEpochAndSaveLoadThroughTheSamplerInterface) {
   again.load_from(read_again);
   DistributedSampler other_rank(50, 2, 1);
   EXPECT_THROW(other_rank.load(again), InvalidArgument);
+}
+
+// A run at world size 3 stopped after 2 steps of 4 per rank; the rest of the epoch goes on at
+// world size 2: every sample of the epoch is visited once (padding aside), none dropped.
+TEST(DistributedSampler, TheRestOfAnEpochIsSharedOutOverANewWorld) {
+  const int64_t n = 50, batch = 4, steps = 2;
+  for (const bool pad : {true, false}) {
+    const SamplerOptions options = SamplerOptions().seed(3).pad(pad);
+    std::multiset<int64_t> seen;
+    for (int r = 0; r < 3; ++r) {
+      DistributedSampler old_rank(n, 3, r, options);
+      old_rank.set_epoch(5);
+      const std::vector<int64_t> mine = old_rank.indices();
+      seen.insert(mine.begin(), mine.begin() + steps * batch);
+    }
+    const int64_t taken = steps * batch * 3;
+    std::multiset<int64_t> rest;
+    for (int r = 0; r < 2; ++r) {
+      DistributedSampler new_rank(n, 2, r, options);
+      new_rank.set_epoch_remainder(5, taken);
+      const std::vector<int64_t> mine = new_rank.indices();
+      EXPECT_EQ(int64_t(mine.size()), new_rank.num_samples());
+      rest.insert(mine.begin(), mine.end());
+    }
+    EXPECT_EQ(int64_t(rest.size()), n - taken);                // 26 over 2 ranks: no padding needed
+    for (int64_t i : rest) EXPECT_EQ(seen.count(i), 0u) << i;  // nothing seen twice
+    seen.insert(rest.begin(), rest.end());
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), size_t(n));  // none dropped
+    // The next epoch is whole again.
+    DistributedSampler next(n, 2, 0, options);
+    next.set_epoch_remainder(5, taken);
+    next.set_epoch(6);
+    EXPECT_EQ(next.num_samples(), 25);
+  }
 }
 
 }  // namespace
