@@ -1,10 +1,10 @@
 # N "hosts" on this machine (sourced by tests and benchmarks): network namespaces ${node_ns[i]}
-# with addresses ${node_addr[i]} = 10.233.0.(i+1), each joined by a veth pair to a bridge in a
+# with addresses ${node_addr[i]} = 10.233.0.(i+1) on interfaces ${node_if[i]}, each joined by a veth pair to a bridge in a
 # hub namespace of their own, so that one node's link can be cut (netns_node_link down I) while
 # the others still reach each other. Needs root and iproute2; removed again by netns_nodes_down.
 # usage: source scripts/lib/netns_nodes.sh; trap netns_nodes_down EXIT; netns_nodes_up N
 ns_hub=ddph$$
-node_ns=() node_addr=()
+node_ns=() node_addr=() node_if=()
 
 netns_nodes_available() { [[ $(id -u) -eq 0 ]] && command -v ip >/dev/null; }
 
@@ -25,6 +25,7 @@ netns_nodes_up() {
   for ((i = 0; i < n; i++)); do
     node_ns[i]=ddpn$$_$i
     node_addr[i]=10.233.0.$((i + 1))
+    node_if[i]=vn$$_$i
     ip netns add "${node_ns[i]}" &&
       ip link add "vn$$_$i" type veth peer name "vh$$_$i" &&
       ip link set "vn$$_$i" netns "${node_ns[i]}" && ip link set "vh$$_$i" netns "$ns_hub" &&
