@@ -323,6 +323,7 @@ c10::IValue checkpoint_value(const torch::nn::Module& module, torch::optim::Opti
   dict.insert("epoch", state.epoch);
   dict.insert("step_in_epoch", state.step_in_epoch);
   dict.insert("taken_in_epoch", state.taken_in_epoch);
+  dict.insert("earlier_steps_in_epoch", state.earlier_steps_in_epoch);
   dict.insert("global_step", state.global_step);
   dict.insert("world_size", state.world_size);
   dict.insert("config", state.config);
@@ -360,6 +361,9 @@ CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& modu
   if (step != dict.end() && step->value().isInt()) state.step_in_epoch = step->value().toInt();
   auto taken = dict.find("taken_in_epoch");  // absent before elastic resumes: 0
   if (taken != dict.end() && taken->value().isInt()) state.taken_in_epoch = taken->value().toInt();
+  auto earlier = dict.find("earlier_steps_in_epoch");
+  if (earlier != dict.end() && earlier->value().isInt())
+    state.earlier_steps_in_epoch = earlier->value().toInt();
   state.global_step = field(dict, "global_step", path).toInt();
   state.world_size = field(dict, "world_size", path).toInt();
   state.config = field(dict, "config", path).toStringRef();

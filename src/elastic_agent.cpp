@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
+#include <variant>
 
 #include "ddp/atomic_file.h"
 #include "ddp/environment.h"
@@ -119,31 +122,62 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
 // A worker that lost a peer shows the effect; the cause is another node's. Its heartbeat stops
 // (a node lost) or it begins a new round itself (its workers failed): wait for either, as long
 // as a lost node takes to be noticed; a new round could not form sooner anyway, since it waits
-// for every node of this one that has not been found lost.
-std::string peer_failure_cause(const LaunchOptions& o, ElasticRendezvous& rdzv, const Round& round,
-                               const std::string& symptom) {
+// for every node of this one that has not been found lost. kRunning: nothing was found.
+RoundStatus peer_failure_cause(const LaunchOptions& o, ElasticRendezvous& rdzv,
+                               const Round& round) {
   const auto until = Clock::now() + ms(o.keep_alive() * (o.keep_alive_max_attempt() + 1));
   while (Clock::now() < until) {
     const RoundStatus news = rdzv.check(round);
-    if (news.kind == RoundStatus::kNodeLost || news.kind == RoundStatus::kNewRound ||
-        news.kind == RoundStatus::kClosed)
-      return news.cause;
+    if (news.kind != RoundStatus::kRunning && news.kind != RoundStatus::kNodesWaiting) return news;
     std::this_thread::sleep_for(ms(o.monitor_interval()));  // bounded by `until`
   }
-  return symptom;
+  return {};
 }
 
-// After a worker of this node failed: the cause to give the new round, or empty when the
-// failure used up the last restart.
-std::string after_failure(const LaunchOptions& o, ElasticRendezvous& rdzv, const Round& round,
-                          const Worker& w, const std::string& node, int& failures) {
-  const std::string what = concat("node ", node, ": rank ", w.rank, " ", describe_exit(w.status));
-  if (exited_with(w.status, kExitPeerFailure))  // another node's loss, not ours
-    return peer_failure_cause(o, rdzv, round, what);
-  if (++failures > o.max_restarts()) return "";
+// After a worker of this node failed (its workers stopped): the next round's cause, or the
+// agent's exit code when the job ends. A failure of this node's own uses up a restart; so does a
+// lost peer that no other node's failure or loss explains (a hang, a link between the workers
+// broken while the store still answers), so that such a job cannot restart forever.
+std::variant<std::string, int> after_failure(const LaunchOptions& o, ElasticRendezvous& rdzv,
+                                             const Round& round, const Worker& w,
+                                             const std::string& node, int& failures,
+                                             const std::function<bool()>& stopped) {
+  std::string cause = concat("node ", node, ": rank ", w.rank, " ", describe_exit(w.status));
+  if (exited_with(w.status, kExitPeerFailure)) {
+    const RoundStatus found = peer_failure_cause(o, rdzv, round);
+    if (found.kind == RoundStatus::kClosed) {
+      rdzv.depart(round, stopped);
+      std::fprintf(stderr, "%s: the job ended: %s\n", o.name().c_str(), found.cause.c_str());
+      return 1;
+    }
+    if (found.kind != RoundStatus::kRunning) return found.cause;  // not this node's doing
+  }
+  if (++failures > o.max_restarts()) {
+    std::fprintf(stderr, "%s: no restarts left (--max-restarts %d): the job ends on every node\n",
+                 o.name().c_str(), o.max_restarts());
+    rdzv.close(concat(cause, "; no restarts left (", o.max_restarts(), ")"));
+    rdzv.depart(round, stopped);
+    return 1;
+  }
   std::fprintf(stderr, "%s: restarting the workers in a new round (restart %d of %d)\n",
                o.name().c_str(), failures, o.max_restarts());
-  return what;
+  return cause;
+}
+
+// The workers of `round` succeeded: the agent's exit code, or nullopt when a new round begins.
+std::optional<int> after_success(const LaunchOptions& o, ElasticRendezvous& rdzv,
+                                 const Round& round, const StopSignals& stop) {
+  const auto stopped = [&] { return stop.received() != 0; };
+  const RoundStatus news = rdzv.finish(round, stopped);
+  if (news.kind == RoundStatus::kNewRound) return std::nullopt;
+  if (news.kind == RoundStatus::kRunning) {  // stopped while the others finish
+    rdzv.leave("");
+    return 128 + stop.received();
+  }
+  rdzv.depart(round, stopped);
+  if (news.cause == "the job finished") return 0;
+  std::fprintf(stderr, "%s: the job failed: %s\n", o.name().c_str(), news.cause.c_str());
+  return 1;
 }
 
 }  // namespace
@@ -176,6 +210,10 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
   int64_t after = 0;
   while (true) {
     const Round round = rdzv.join(after, stopped);
+    if (round.job_finished) {
+      std::fprintf(stderr, "%s: the job finished without this node\n", o.name().c_str());
+      return 0;
+    }
     if (round.number == 0) return 128 + stop.received();
     after = round.number;
     log.round_begins(round);
@@ -184,13 +222,8 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
     std::unique_ptr<WorkerSet> workers;
     const WatchResult result = run_round(o, round, rdzv, stop, cpu_shares, news, workers);
     if (result == WatchResult::kAllSucceeded) {
-      news = rdzv.finish(round, stopped);
-      if (news.kind == RoundStatus::kNewRound) continue;
-      rdzv.depart(round);
-      if (news.kind == RoundStatus::kRunning) return 128 + stop.received();
-      if (news.cause == "the job finished") return 0;
-      std::fprintf(stderr, "%s: the job failed: %s\n", o.name().c_str(), news.cause.c_str());
-      return 1;
+      if (const std::optional<int> code = after_success(o, rdzv, round, stop)) return *code;
+      continue;
     }
     if (result == WatchResult::kStopRequested) {
       const int sig = stop.received();
@@ -204,7 +237,7 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
       log.round_ends(round, news.cause);
       workers->stop(o.grace_seconds());
       if (news.kind == RoundStatus::kClosed) {
-        rdzv.depart(round);
+        rdzv.depart(round, stopped);
         std::fprintf(stderr, "%s: the job ended: %s\n", o.name().c_str(), news.cause.c_str());
         return 1;
       }
@@ -215,16 +248,9 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
     workers->stop(o.grace_seconds());
     report_failure(o, workers->failed());
     print_hang_report(stderr, o.name(), o.debug_dir(), started_us);
-    const std::string cause = after_failure(o, rdzv, round, workers->failed(), node, failures);
-    if (cause.empty()) {
-      std::fprintf(stderr, "%s: no restarts left (--max-restarts %d): the job ends on every node\n",
-                   o.name().c_str(), o.max_restarts());
-      rdzv.close(concat("node ", node, ": rank ", workers->failed().rank, " ",
-                        describe_exit(workers->failed().status), "; no restarts left (",
-                        o.max_restarts(), ")"));
-      rdzv.depart(round);
-      return 1;
-    }
+    const auto outcome = after_failure(o, rdzv, round, workers->failed(), node, failures, stopped);
+    if (const int* code = std::get_if<int>(&outcome)) return *code;
+    const std::string& cause = std::get<std::string>(outcome);
     log.round_ends(round, cause);
     rdzv.next_round(round, cause);
   }

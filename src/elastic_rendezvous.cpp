@@ -22,19 +22,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Store = c10::intrusive_ptr<c10d::Store>;
 
-constexpr std::chrono::milliseconds kPoll{100};  // between two looks at the state
+constexpr std::chrono::milliseconds kPoll{100};   // between two looks at the state
+constexpr char kFinished[] = "the job finished";  // the cause of a job closed by its success
 
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// A client of the store at s.host:s.port whose calls fail after `limit` rather than hang.
-Store store_client(const RendezvousSettings& s, std::chrono::milliseconds limit) {
-  Store store = tcp_store(s.host, s.port, false, 1, limit);
-  limit_store_socket_waits(s.port, limit);
-  return store;
 }
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -96,7 +90,7 @@ class Heartbeat {
       lock.unlock();
       std::string error;
       try {
-        if (!store) store = store_client(s_, s_.keep_alive);
+        if (!store) store = store_client(s_.host, s_.port, s_.keep_alive);
         store->add(key_, 1);
       } catch (const std::exception& e) {
         error = e.what();
@@ -185,23 +179,27 @@ void ElasticRendezvous::Impl::register_agent(bool present) {
   }
 }
 
+// The agents of other jobs still registered and beating.
 size_t ElasticRendezvous::Impl::other_live_agents() {
   const std::string text = server->check({kAgentsKey}) ? string_of(server->get(kAgentsKey)) : "";
   std::istringstream in(text);
   size_t live = 0;
   for (std::string id, name; in >> id >> name;) {
-    if (name != node && !liveness.dead(*server, concat("rdzv/", id, "/hb/", name))) ++live;
+    if (id != s.run_id && !liveness.dead(*server, concat("rdzv/", id, "/hb/", name))) ++live;
   }
   return live;
 }
 
 void ElasticRendezvous::Impl::connect() {
   const std::chrono::milliseconds op_timeout = s.keep_alive * s.keep_alive_max_attempt;
-  // The endpoint's host hosts the store: whoever can listen on its address and port.
-  try {
-    server = tcp_store(s.host, s.port, true, 1, op_timeout);
-    host = true;
-  } catch (const std::exception&) {  // not this machine's address, or another agent hosts it
+  // The endpoint's host hosts the store: whoever can listen on its address and port. (Asked
+  // first: before LibTorch 2.4 the server binds every interface, and so would start anywhere.)
+  if (is_local_address(s.host)) {
+    try {
+      server = tcp_store(s.host, s.port, true, 1, op_timeout);
+      host = true;
+    } catch (const std::exception&) {  // another agent on this machine hosts it
+    }
   }
   if (!host) {
     const bool up = wait_with_progress(
@@ -218,7 +216,7 @@ void ElasticRendezvous::Impl::connect() {
                                 " did not answer within ", s.join_timeout.count() / 1000.0,
                                 " s; start the agent on that host, or check --rdzv-endpoint"));
     }
-    server = store_client(s, op_timeout);
+    server = store_client(s.host, s.port, op_timeout);
   }
   store = c10::make_intrusive<c10d::PrefixStore>(concat("rdzv/", s.run_id), server);
   heartbeat = std::make_unique<Heartbeat>(s, concat("rdzv/", s.run_id, "/hb/", node));
@@ -276,8 +274,9 @@ void ElasticRendezvous::Impl::begin_next_round(State& st, const std::string& cau
   st.previous = st.participants;
   st.expected = alive;
   st.participants.clear();
-  // The waiting nodes are here already: they are the new round's first participants.
-  while (!st.waiting.empty() && int(st.participants.size()) < s.max_nodes) {
+  // The waiting nodes are here already: they are the new round's first participants, as many
+  // as fit beside the previous round's live nodes (which keep their places).
+  while (!st.waiting.empty() && int(st.participants.size() + alive.size()) < s.max_nodes) {
     st.participants.push_back(st.waiting.front());
     st.waiting.erase(st.waiting.begin());
   }
@@ -330,6 +329,11 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         return {};
       }
       auto [old_text, st] = m.read();
+      if (st.closed == kFinished) {
+        Round over;
+        over.job_finished = true;
+        return over;
+      }
       if (!st.closed.empty()) throw Error(concat("the job is over: ", st.closed));
       State next = st;
       m.drop_dead(next);
@@ -368,7 +372,8 @@ RoundStatus ElasticRendezvous::check(const Round& round) {
     if (!st.closed.empty()) return {RoundStatus::kClosed, st.closed};
     if (st.round != round.number) return {RoundStatus::kNewRound, st.cause};
     const bool ending = m.store->add(concat("round_", round.number, "/finished"), 0) > 0;
-    if (!st.waiting.empty() && !ending) {
+    // A waiting node is taken in while the round has room (else it is a spare, as in torchrun).
+    if (!st.waiting.empty() && !ending && int(round.nodes.size()) < m.s.max_nodes) {
       return {RoundStatus::kNodesWaiting,
               concat("node(s) ", join_words(st.waiting, ", "), " asked to join")};
     }
@@ -420,7 +425,7 @@ RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bo
   return impl_->guarded([&]() -> RoundStatus {
     Impl& m = *impl_;
     const int64_t finished = m.store->add(concat("round_", round.number, "/finished"), 1);
-    if (finished >= int64_t(round.nodes.size())) close("the job finished");
+    if (finished >= int64_t(round.nodes.size())) close(kFinished);
     while (!stopped()) {
       const RoundStatus status = check(round);
       if (status.kind == RoundStatus::kClosed || status.kind == RoundStatus::kNewRound)
@@ -435,7 +440,7 @@ RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bo
   });
 }
 
-void ElasticRendezvous::depart(const Round& round) {
+void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& stopped) {
   return impl_->guarded([&] {
     Impl& m = *impl_;
     const int64_t gone = m.store->add(concat("round_", round.number, "/gone"), 1);
@@ -447,7 +452,7 @@ void ElasticRendezvous::depart(const Round& round) {
     m.register_agent(false);
     if (!m.host) return;
     // Agents of other jobs at this endpoint: until each has left or stopped beating.
-    for (size_t others = m.other_live_agents(), said = 0; others > 0;
+    for (size_t others = m.other_live_agents(), said = 0; others > 0 && !stopped();
          others = m.other_live_agents()) {
       if (said++ == 0) {
         std::fprintf(stderr,

@@ -46,6 +46,7 @@ struct Round {
   std::vector<std::string> nodes;  // in node-rank order
   int node_rank = -1;              // this node's place in `nodes`
   std::string cause;               // why the round began (empty for the first)
+  bool job_finished = false;       // join(): the job finished without this node (a spare)
 };
 
 /// What became of a running round.
@@ -71,8 +72,9 @@ class ElasticRendezvous {
   ElasticRendezvous& operator=(const ElasticRendezvous&) = delete;
 
   /// Joins the first round newer than `after` and waits for it to form. Throws TimeoutError after
-  /// join_timeout (naming the nodes present), Error when the job is closed, and returns an empty
-  /// Round (number 0) when `stopped()` turns true while waiting.
+  /// join_timeout (naming the nodes present), Error when the job is closed as failed, and returns
+  /// an empty Round (number 0) when `stopped()` turns true while waiting, or one with
+  /// job_finished when the job finished meanwhile.
   Round join(int64_t after, const std::function<bool()>& stopped);
   /// The running round's news (a few store reads; call every monitor interval).
   RoundStatus check(const Round& round);
@@ -88,8 +90,8 @@ class ElasticRendezvous {
   RoundStatus finish(const Round& round, const std::function<bool()>& stopped);
   /// The job is closed and this node goes: the store's host first waits (at most 10 s) for the
   /// other nodes of `round` to have read that, so that none finds the store gone, then for the
-  /// agents of other jobs at the same endpoint to leave (or stop beating).
-  void depart(const Round& round);
+  /// agents of other jobs at the same endpoint to leave (or stop beating), unless `stopped()`.
+  void depart(const Round& round, const std::function<bool()>& stopped);
   /// Ends the job for every node with `cause` (a failure that used up its restarts).
   void close(const std::string& cause);
   /// Whether this agent hosts the store (it must outlive the others' use of it).

@@ -73,6 +73,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
 void DistributedSampler::reset(std::optional<size_t> new_size) {
   if (new_size) {
     dataset_size_ = int64_t(*new_size);
+    taken_ = std::min(taken_, dataset_size_);
     size_shards();
   }
   if (resuming_ && !new_size) {  // the pass after load(): where the saved one was

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -48,13 +49,14 @@ inline int store_listen_socket(const std::string& host, int port) {
 
 // LibTorch 2.14's TCPStore client waits for an answer without a time limit (recv() on a blocking
 // socket; its timeout applies to waiting for keys only), so a node whose link is cut would hang
-// in its next store call for good. This process's sockets to the store's port get a receive and
-// send limit instead: a call then fails with c10d's "Socket Timeout" after `limit`. They are
-// found by their peer's port (what the server accepted has the port as its own, not its peer's).
-inline void limit_store_socket_waits(int port, std::chrono::milliseconds limit) {
+// in its next store call for good. A client's socket gets a receive and send limit instead
+// (limit_socket_waits): a call then fails with c10d's "Socket Timeout" after it. The sockets are
+// found by their peer's port (what the server accepted has the port as its own, not its peer's):
+// store_sockets() lists this process's; a new client's is what it adds.
+inline std::set<int> store_sockets(int port) {
+  std::set<int> found;
   DIR* fds = ::opendir("/proc/self/fd");
-  if (fds == nullptr) return;
-  const timeval tv{time_t(limit.count() / 1000), suseconds_t(limit.count() % 1000 * 1000)};
+  if (fds == nullptr) return found;
   while (const dirent* entry = ::readdir(fds)) {
     const int fd = std::atoi(entry->d_name);
     sockaddr_storage peer{};
@@ -63,12 +65,39 @@ inline void limit_store_socket_waits(int port, std::chrono::milliseconds limit) 
     const int peer_port = peer.ss_family == AF_INET    ? ntohs(((sockaddr_in*)&peer)->sin_port)
                           : peer.ss_family == AF_INET6 ? ntohs(((sockaddr_in6*)&peer)->sin6_port)
                                                        : -1;
-    if (peer_port != port) continue;
+    if (peer_port == port) found.insert(fd);
+  }
+  ::closedir(fds);
+  return found;
+}
+
+/// Gives each socket in `fds` (and no other) a receive and send limit of `limit`.
+inline void limit_socket_waits(const std::set<int>& fds, std::chrono::milliseconds limit) {
+  const timeval tv{time_t(limit.count() / 1000), suseconds_t(limit.count() % 1000 * 1000)};
+  for (const int fd : fds) {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   }
-  ::closedir(fds);
 }
+
+/// Whether `host` names one of this machine's addresses (a socket can be bound to it).
+inline bool is_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "0", &hints, &found) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = found; a != nullptr && !local; a = a->ai_next) {
+    const UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    local = fd.valid() && ::bind(fd.get(), a->ai_addr, a->ai_addrlen) == 0;
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
+/// A client of the store at host:port whose calls fail after `limit` rather than hang.
+inline c10::intrusive_ptr<c10d::Store> store_client(const std::string& host, int port,
+                                                    std::chrono::milliseconds limit);
 
 /// A TCPStore server on host:port, or a client of one.
 inline c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, bool is_server,
@@ -76,6 +105,18 @@ inline c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int po
                                                  std::chrono::milliseconds timeout) {
   return compat::make_tcp_store(host, port, is_server, world_size, timeout,
                                 is_server ? store_listen_socket(host, port) : -1);
+}
+
+inline c10::intrusive_ptr<c10d::Store> store_client(const std::string& host, int port,
+                                                    std::chrono::milliseconds limit) {
+  const std::set<int> before = store_sockets(port);
+  c10::intrusive_ptr<c10d::Store> store = tcp_store(host, port, false, 1, limit);
+  std::set<int> added;
+  for (const int fd : store_sockets(port)) {
+    if (before.count(fd) == 0) added.insert(fd);
+  }
+  limit_socket_waits(added, limit);
+  return store;
 }
 
 }  // namespace ddp

@@ -74,9 +74,10 @@ struct Position {
   int epoch = 1;              // the first epoch to train
   int64_t step_in_epoch = 0;  // its steps already taken (a mid-epoch checkpoint's)
   int64_t global_step = 0;
-  // Samples of that epoch visited at another world size (its order's first ones): the rest is
-  // re-sharded over this world.
+  // Samples of that epoch visited at other world sizes (its order's first ones): the rest is
+  // re-sharded over this world. And those steps, which the checkpoints' names count on from.
   int64_t taken_in_epoch = 0;
+  int64_t earlier_steps = 0;
 };
 
 // A checkpoint (explicit, or the newest after a launcher restart), a state dict, or the seeded
@@ -117,7 +118,9 @@ Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& 
   // rest shared out; at the same one the epoch's steps are skipped (bit-exact).
   const int64_t taken = state.taken_in_epoch +
                         (same_world ? 0 : state.step_in_epoch * o.batch_size * state.world_size);
-  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step, taken};
+  const int64_t earlier = state.earlier_steps_in_epoch + (same_world ? 0 : state.step_in_epoch);
+  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step, taken,
+          earlier};
 }
 
 // Everything an epoch of training works with, set up once.
@@ -136,6 +139,7 @@ struct Training {
   int64_t global_step;
   AsyncCheckpointWriter& step_checkpoints;  // --checkpoint-every-steps
   int64_t taken_in_epoch = 0;               // of the epoch running: see Position
+  int64_t earlier_steps = 0;                // likewise
 };
 
 // One epoch's running totals on this rank.
@@ -222,11 +226,12 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
 }
 
 // The run's place after step `steps_taken` of epoch `epoch`, for a checkpoint.
-CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, int64_t taken) {
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
   CheckpointState state;
   state.epoch = steps_taken > 0 ? epoch - 1 : epoch;
   state.step_in_epoch = steps_taken;
-  state.taken_in_epoch = steps_taken > 0 ? taken : 0;
+  state.taken_in_epoch = steps_taken > 0 ? t.taken_in_epoch : 0;
+  state.earlier_steps_in_epoch = steps_taken > 0 ? t.earlier_steps : 0;
   state.global_step = t.global_step;
   state.world_size = t.setup.world.world_size;
   state.config = config_text(t.options);
@@ -240,18 +245,23 @@ void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t
   const int64_t every = t.options.checkpoint_every_steps;
   if (every <= 0 || t.global_step % every != 0 || steps_taken >= steps) return;
   const auto start = Clock::now();
-  t.optimizer.save_async(
-      t.step_checkpoints, checkpoint_path(t.options.checkpoint_dir, epoch - 1, steps_taken),
-      *t.setup.model, position_of(t, epoch, steps_taken, t.taken_in_epoch), t.setup.is_root());
+  const std::string path =
+      checkpoint_path(t.options.checkpoint_dir, epoch - 1, t.earlier_steps + steps_taken);
+  t.optimizer.save_async(t.step_checkpoints, path, *t.setup.model,
+                         position_of(t, epoch, steps_taken), t.setup.is_root());
   t.timeline.span(concat("checkpoint snapshot at step ", t.global_step), start, Clock::now());
 }
 
-// One epoch of training from step `first_step` (a mid-epoch checkpoint's); returns its report
-// (without the evaluation), the same on every rank.
-EpochReport train_epoch(Training& t, int epoch, int64_t first_step, int64_t taken) {
+// One epoch of training, from where `from` says when it is the run's first (a mid-epoch
+// checkpoint's place); returns its report (without the evaluation), the same on every rank.
+EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   const TrainOptions& o = t.options;
+  const bool resumed = epoch == from.epoch;
+  const int64_t first_step = resumed ? from.step_in_epoch : 0;
+  const int64_t taken = resumed ? from.taken_in_epoch : 0;
   t.sampler.set_epoch_remainder(epoch - 1, taken);
   t.taken_in_epoch = taken;
+  t.earlier_steps = resumed ? from.earlier_steps : 0;
   const int64_t bad_before = t.loader.bad_samples();
   t.loader.start_epoch(t.sampler.indices(), epoch - 1, first_step);
   const int64_t steps = steps_of(o, t.loader.num_batches());
@@ -328,7 +338,7 @@ void checkpoint_if_due(const Training& t, int epoch) {
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
   const auto start = Clock::now();
   t.step_checkpoints.wait();  // the last step checkpoint first: one writer of the folder
-  const CheckpointState state = position_of(t, epoch, 0, 0);
+  const CheckpointState state = position_of(t, epoch, 0);
   const bool root = t.setup.is_root();
   // A rank missing here is named, instead of the save's collectives timing out.
   if (t.setup.group)
@@ -365,9 +375,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
              timeline, {}, reporter, fault,     start.global_step, step_checkpoints};
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
-    const bool first = epoch == start.epoch;
-    EpochReport report =
-        train_epoch(t, epoch, first ? start.step_in_epoch : 0, first ? start.taken_in_epoch : 0);
+    EpochReport report = train_epoch(t, epoch, start);
     if (!o.no_eval) add_evaluation(t, report.result);
     report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
     reporter.end_epoch(report, t.global_step);

@@ -25,6 +25,9 @@ struct CheckpointState {
   /// Samples of the next epoch's order visited at another world size before those steps began
   /// (DistributedSampler::set_epoch_remainder); 0 when the epoch began at this world size.
   int64_t taken_in_epoch = 0;
+  /// Steps of the next epoch taken at other world sizes before those: the file names go on
+  /// counting from them, so that a newer checkpoint never sorts before an older one.
+  int64_t earlier_steps_in_epoch = 0;
   int64_t global_step = 0;  // optimizer steps taken
   int64_t world_size = 1;
   std::string config;       // the effective configuration, as text

@@ -108,6 +108,28 @@ TEST(ElasticLaunchTest, JobsWithOtherIdsOnOneEndpointDoNotMix) {
   EXPECT_EQ(prints[1].size(), 1u);
 }
 
+// Three nodes for a job of at most two: the third waits as a spare instead of making the round
+// start over and over, and ends with the job.
+TEST(ElasticLaunchTest, ANodeArrivingAtAFullRoundWaitsAsASpare) {
+  const int port = test::free_port();
+  const std::vector<std::string> argv =
+      agent(port, "full", "2:2", {"/bin/sh", "-c", "sleep 3; echo done"});
+  std::vector<std::unique_ptr<test::Child>> agents;
+  for (int i = 0; i < 3; ++i) {
+    agents.push_back(std::make_unique<test::Child>(argv, std::map<std::string, std::string>{}));
+  }
+  std::string all;
+  for (auto& a : agents) {
+    const auto r = a->wait(60s);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    all += r.output;
+  }
+  EXPECT_EQ(all.find("round 2"), std::string::npos) << all;
+  const size_t spare = all.find("the job finished without this node");
+  EXPECT_NE(spare, std::string::npos) << all;
+  EXPECT_EQ(all.find("the job finished without this node", spare + 1), std::string::npos) << all;
+}
+
 // A worker that fails for its own reason uses up a restart: with one left the job goes on in a
 // new round; with none the job ends on every node, the cause named.
 TEST(ElasticLaunchTest, AWorkerFailureUsesARestartAndEndsTheJobEverywhereWhenNoneAreLeft) {

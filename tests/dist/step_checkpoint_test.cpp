@@ -77,6 +77,9 @@ TEST_F(StepCheckpointTest, AResumeAtAnotherWorldSizeSharesOutTheRestOfTheEpoch) 
             std::string::npos)
       << resumed.output;
   EXPECT_EQ(test::weight_fingerprints(resumed.output).size(), 1u);
+  // The new world's checkpoints count on from the old world's 4 steps (at global step 25: 4 +
+  // 5), so the newest never sorts before the old one, nor is pruned for it.
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck/checkpoint-epoch-0001-step-00000009.pt"));
 }
 
 // SIGKILL while checkpoints are written every step (so a kill most likely lands in a background
