@@ -21,7 +21,7 @@ done
 .venv/bin/python - "$tmp" "$rounds" <<'EOF'
 import json, statistics, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
-print(f"{'run':>4} {'stall (ms, median of ' + 'N)':>24} {'synchronous save (ms)':>22} {'ratio':>7}")
+print(f"{'run':>4} {'stall (ms, median of N)':>24} {'synchronous save (ms)':>22} {'ratio':>7}")
 ratios = []
 for r in range(1, rounds + 1):
     events = json.load(open(f"{tmp}/trace-{r}.json"))
