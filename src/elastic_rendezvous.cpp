@@ -137,6 +137,9 @@ struct ElasticRendezvous::Impl {
   void connect();
   std::pair<std::string, State> read();
   bool replace(const std::string& old_text, const State& next);
+  // Applies `change` to the state until its compare-and-set wins (`change` returns false to
+  // leave the state as it is).
+  void update(const std::function<bool(State&)>& change);
   void drop_dead(State& s);
   void try_complete(State& s);
   void begin_next_round(State& s, const std::string& cause);
@@ -232,6 +235,14 @@ std::pair<std::string, State> ElasticRendezvous::Impl::read() {
 bool ElasticRendezvous::Impl::replace(const std::string& old_text, const State& next) {
   const std::string desired = text_of(next);
   return string_of(store->compareSet(key, bytes(old_text), bytes(desired))) == desired;
+}
+
+void ElasticRendezvous::Impl::update(const std::function<bool(State&)>& change) {
+  while (true) {
+    auto [old_text, st] = read();
+    State next = st;
+    if (!change(next) || next == st || replace(old_text, next)) return;
+  }
 }
 
 void ElasticRendezvous::Impl::drop_dead(State& st) {
@@ -389,35 +400,30 @@ RoundStatus ElasticRendezvous::check(const Round& round) {
 }
 
 void ElasticRendezvous::next_round(const Round& round, const std::string& cause) {
-  return impl_->guarded([&] {
-    Impl& m = *impl_;
-    while (true) {
-      auto [old_text, st] = m.read();
-      if (!st.closed.empty() || st.round != round.number || !st.complete) return;
-      State next = st;
-      m.begin_next_round(next, cause);
-      if (m.replace(old_text, next)) return;
-    }
+  impl_->guarded([&] {
+    impl_->update([&](State& st) {
+      if (!st.closed.empty() || st.round != round.number || !st.complete) return false;
+      impl_->begin_next_round(st, cause);
+      return true;
+    });
   });
 }
 
 void ElasticRendezvous::leave(const std::string& cause) {
-  return impl_->guarded([&] {
+  impl_->guarded([&] {
     Impl& m = *impl_;
-    while (true) {
-      auto [old_text, st] = m.read();
-      if (!st.closed.empty()) return;
-      State next = st;
-      remove(next.waiting, m.node);
-      if (next.complete && contains(next.participants, m.node)) {
-        m.begin_next_round(next, cause.empty() ? concat("node ", m.node, " left") : cause);
-        remove(next.expected, m.node);
-      } else if (!next.complete) {
-        remove(next.participants, m.node);
-        remove(next.expected, m.node);
+    m.update([&](State& st) {
+      if (!st.closed.empty()) return false;
+      remove(st.waiting, m.node);
+      if (st.complete && contains(st.participants, m.node)) {
+        m.begin_next_round(st, cause.empty() ? concat("node ", m.node, " left") : cause);
+        remove(st.expected, m.node);
+      } else if (!st.complete) {
+        remove(st.participants, m.node);
+        remove(st.expected, m.node);
       }
-      if (next == st || m.replace(old_text, next)) return;
-    }
+      return true;
+    });
   });
 }
 
@@ -466,15 +472,12 @@ void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& 
 }
 
 void ElasticRendezvous::close(const std::string& cause) {
-  return impl_->guarded([&] {
-    Impl& m = *impl_;
-    while (true) {
-      auto [old_text, st] = m.read();
-      if (!st.closed.empty()) return;
-      State next = st;
-      next.closed = cause;
-      if (m.replace(old_text, next)) return;
-    }
+  impl_->guarded([&] {
+    impl_->update([&](State& st) {
+      if (!st.closed.empty()) return false;
+      st.closed = cause;
+      return true;
+    });
   });
 }
 
