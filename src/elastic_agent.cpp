@@ -12,9 +12,9 @@
 #include <thread>
 #include <variant>
 
-#include "ddp/atomic_file.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
+#include "ddp/flight_recorder.h"
 #include "ddp/hang_analysis.h"
 #include "elastic_rendezvous.h"
 #include "launch_workers.h"

@@ -1,7 +1,6 @@
 #include "elastic_rendezvous.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <map>
@@ -33,6 +32,11 @@ int64_t wall_ms() {
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// The value under `key`, or "" while there is none (get() would wait for it).
+std::string text_at(c10d::Store& store, const std::string& key) {
+  return store.check({key}) ? string_of(store.get(key)) : "";
+}
 
 // A node's heartbeat counter is seen to move, or not, by this node's own clock (so the nodes'
 // clocks need not agree). A node first seen now has a full timeout ahead of it.
@@ -105,8 +109,6 @@ class Heartbeat {
       wake_.wait_for(lock, s_.keep_alive, [this] { return stopping_; });
     }
   }
-  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-
   const RendezvousSettings s_;
   const std::string key_;
   mutable std::mutex mutex_;
@@ -153,10 +155,9 @@ struct ElasticRendezvous::Impl {
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
       throw DistributedError(
           concat("lost the rendezvous store at ", s.host, ":", s.port, " (",
-                 what.substr(0, what.find('\n')), "); the agent started on ", s.host,
+                 first_line(e.what_without_backtrace()), "); the agent started on ", s.host,
                  " hosts it: when that node is gone, the job cannot go on without a new endpoint"));
     }
   }
@@ -172,7 +173,7 @@ constexpr char kAgentsKey[] = "rdzv_agents";
 void ElasticRendezvous::Impl::register_agent(bool present) {
   const std::string line = concat(s.run_id, " ", node, "\n");
   while (true) {
-    const std::string old = server->check({kAgentsKey}) ? string_of(server->get(kAgentsKey)) : "";
+    const std::string old = text_at(*server, kAgentsKey);
     std::string next = old;
     const size_t at = next.find(line);
     if (present && at == std::string::npos) next += line;
@@ -184,8 +185,7 @@ void ElasticRendezvous::Impl::register_agent(bool present) {
 
 // The agents of other jobs still registered and beating.
 size_t ElasticRendezvous::Impl::other_live_agents() {
-  const std::string text = server->check({kAgentsKey}) ? string_of(server->get(kAgentsKey)) : "";
-  std::istringstream in(text);
+  std::istringstream in(text_at(*server, kAgentsKey));
   size_t live = 0;
   for (std::string id, name; in >> id >> name;) {
     if (id != s.run_id && !liveness.dead(*server, concat("rdzv/", id, "/hb/", name))) ++live;
@@ -227,8 +227,7 @@ void ElasticRendezvous::Impl::connect() {
 }
 
 std::pair<std::string, State> ElasticRendezvous::Impl::read() {
-  if (!store->check({key})) return {"", State{}};
-  const std::string text = string_of(store->get(key));
+  const std::string text = text_at(*store, key);
   return {text, state_of(text)};
 }
 
@@ -348,8 +347,11 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
       if (!st.closed.empty()) throw Error(concat("the job is over: ", st.closed));
       State next = st;
       m.drop_dead(next);
-      if (next.complete && next.round > after && contains(next.participants, m.node))
-        return m.round_of(next);
+      // A round formed after `after` with this node in it: this node's.
+      const auto mine = [&] {
+        return next.complete && next.round > after && contains(next.participants, m.node);
+      };
+      if (mine()) return m.round_of(next);
       if (next.complete) {
         if (!contains(next.waiting, m.node)) next.waiting.push_back(m.node);
       } else {
@@ -357,7 +359,7 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         m.try_complete(next);
       }
       if (!(next == st) && !m.replace(old_text, next)) continue;  // someone else changed it
-      if (next.complete && contains(next.participants, m.node)) return m.round_of(next);
+      if (mine()) return m.round_of(next);                        // this node completed it
       if (Clock::now() >= deadline) {
         const std::string present = m.waiting_text(next, deadline);
         leave("");
@@ -480,8 +482,6 @@ void ElasticRendezvous::close(const std::string& cause) {
     });
   });
 }
-
-bool ElasticRendezvous::hosts_store() const { return impl_->host; }
 
 std::string ElasticRendezvous::lost_store() const { return impl_->heartbeat->lost(); }
 

@@ -94,8 +94,6 @@ class ElasticRendezvous {
   void depart(const Round& round, const std::function<bool()>& stopped);
   /// Ends the job for every node with `cause` (a failure that used up its restarts).
   void close(const std::string& cause);
-  /// Whether this agent hosts the store (it must outlive the others' use of it).
-  bool hosts_store() const;
   /// Empty while the store answers; otherwise why this node has lost it (its heartbeat failed
   /// keep_alive_max_attempt times in a row).
   std::string lost_store() const;

@@ -146,12 +146,9 @@ int launch(const LaunchOptions& given) {
     options.debug_dir(dir);
   if (!options.log_dir().empty()) make_directories(options.log_dir());
   const std::vector<std::vector<int>> cpu_shares = bind_cpus(options);
-  if (options.rdzv_backend() == "c10d") {
-    const StopSignals stop;
-    return launch_elastic(options, stop, cpu_shares);
-  }
-  const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   const StopSignals stop;
+  if (options.rdzv_backend() == "c10d") return launch_elastic(options, stop, cpu_shares);
+  const int port = options.master_port() > 0 ? options.master_port() : pick_free_port();
   // On one node the workers meet through a FileStore in a private directory instead of a TCP
   // port; a fresh file per restart, so a new group never sees the old one's keys.
   std::optional<TempDirectory> store_dir;

@@ -1,18 +1,11 @@
 #include "ddp/process_group.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sched.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <sstream>
-#include <stdexcept>
 
 #include "ddp/environment.h"
 #include "ddp/error.h"
@@ -20,7 +13,6 @@
 #include "rendezvous_wait.h"
 #include "tcp_store.h"
 #include "torch_compat.h"
-#include "unique_fd.h"
 
 namespace ddp {
 namespace {

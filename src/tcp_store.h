@@ -95,10 +95,6 @@ inline bool is_local_address(const std::string& host) {
   return local;
 }
 
-/// A client of the store at host:port whose calls fail after `limit` rather than hang.
-inline c10::intrusive_ptr<c10d::Store> store_client(const std::string& host, int port,
-                                                    std::chrono::milliseconds limit);
-
 /// A TCPStore server on host:port, or a client of one.
 inline c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int port, bool is_server,
                                                  int world_size,
@@ -107,6 +103,7 @@ inline c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, int po
                                 is_server ? store_listen_socket(host, port) : -1);
 }
 
+/// A client of the store at host:port whose calls fail after `limit` rather than hang.
 inline c10::intrusive_ptr<c10d::Store> store_client(const std::string& host, int port,
                                                     std::chrono::milliseconds limit) {
   const std::set<int> before = store_sockets(port);

@@ -86,9 +86,7 @@ int train(const std::vector<std::string>& args) {
     launch.cpu_bind(options.cpu_bind);
     launch.command({self_executable()});
     // The launcher's own flags stay with it; the workers get the rest.
-    const std::vector<std::string> launcher_flags = {
-        "--nproc-per-node", "--cpu-bind",  "--nnodes",       "--rdzv-backend",    "--rdzv-endpoint",
-        "--rdzv-id",        "--rdzv-conf", "--max-restarts", "--monitor-interval"};
+    const std::vector<std::string> launcher_flags = ddp::train::launcher_flag_names();
     for (size_t i = 0; i < args.size(); ++i) {
       bool launcher_flag = false;
       for (const std::string& flag : launcher_flags) {

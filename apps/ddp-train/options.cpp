@@ -457,6 +457,13 @@ std::string config_text(const TrainOptions& o, bool only_changed) {
   return source + table().toml(o, only_changed);
 }
 
+std::vector<std::string> launcher_flag_names() {
+  std::vector<std::string> names = {"--nproc-per-node", "--cpu-bind"};
+  for (const auto& f : cli::elastic_flags<O>([](auto& o) -> auto& { return o.launcher; }))
+    names.push_back(f.name);
+  return names;
+}
+
 std::string train_help() {
   return "ddp-train: train an image classifier with distributed data parallelism.\n\n"
          "usage: ddp-train [FLAGS]                 train (defaults: the reference program)\n"

@@ -119,6 +119,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, bool& hel
 /// The flags a preset stands for (kReference: none), for a run on `dataset`.
 std::vector<std::string> preset_flags(Preset preset, data::DatasetKind dataset);
 
+/// The flags that are the embedded launcher's (--nproc-per-node, --cpu-bind and the membership
+/// flags): the launcher keeps them, its workers get the others.
+std::vector<std::string> launcher_flag_names();
+
 /// The --help text of the train command.
 std::string train_help();
 
