@@ -13,6 +13,7 @@
 #include "ddp/error.h"
 #include "elastic_state.h"
 #include "rendezvous_wait.h"
+#include "store_text.h"
 #include "tcp_store.h"
 
 namespace ddp {
@@ -28,14 +29,6 @@ int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-
-// The value under `key`, or "" while there is none (get() would wait for it).
-std::string text_at(c10d::Store& store, const std::string& key) {
-  return store.check({key}) ? string_of(store.get(key)) : "";
 }
 
 // A node's heartbeat counter is seen to move, or not, by this node's own clock (so the nodes'

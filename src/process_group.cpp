@@ -3,9 +3,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "ddp/environment.h"
 #include "ddp/error.h"
@@ -18,8 +21,6 @@ namespace ddp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
 
 // Python's names for the dtypes collectives move ("float32"), for the flight record.
 std::string dtype_name(c10::ScalarType type) {
@@ -91,6 +92,17 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
 
 // ---------------------------------------------------------------------------------------------
 
+struct GroupAbort {
+  std::atomic<bool> set{false};
+  mutable std::mutex mutex;
+  std::string reason;  // under `mutex`, written once before `set`
+
+  std::string why() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return reason;
+  }
+};
+
 struct ProcessGroup::Backend {
   c10::intrusive_ptr<compat::CollectiveBackend> group;  // gloo, nccl or mpi
   bool reduces_bfloat16 = true;                         // its BackendEntry's
@@ -98,19 +110,29 @@ struct ProcessGroup::Backend {
 
 Work::Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
            std::chrono::microseconds spin_before_sleep, std::shared_ptr<FlightRecorder> recorder,
-           int64_t seq)
+           int64_t seq, std::shared_ptr<const GroupAbort> abort)
     : work_(std::move(work)),
       recorder_(std::move(recorder)),
       seq_(seq),
       what_(std::move(what)),
       rank_(rank),
-      spin_before_sleep_(spin_before_sleep) {}
+      spin_before_sleep_(spin_before_sleep),
+      abort_(std::move(abort)) {}
 Work::Work(Work&&) noexcept = default;
 Work& Work::operator=(Work&&) noexcept = default;
 Work::~Work() = default;
 
 void Work::wait() {
   if (!work_) return;
+  if (abort_) {
+    // Poll, so that an abort ends the wait; 100 us adds little to a step's few waits.
+    while (!work_->isCompleted()) {
+      if (abort_->set) {
+        failed(PeerFailure(concat("rank ", rank_, ": ", what_, " abandoned: ", abort_->why())));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
   try {
     // Poll first (see ProcessGroupOptions::spin_before_sleep); sched_yield() lets any other
     // runnable thread of this core go first, so the poll takes no time from ranks sharing it.
@@ -159,6 +181,16 @@ Work Work::then(std::function<void()> finish) && {
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::abort(const std::string& reason) {
+  if (!abort_) throw InvalidArgument("ProcessGroup::abort() needs ProcessGroupOptions::abortable");
+  std::lock_guard<std::mutex> lock(abort_->mutex);
+  if (abort_->set) return;  // the first reason stays
+  abort_->reason = reason;
+  abort_->set = true;
+}
+
+bool ProcessGroup::aborted() const { return abort_ && abort_->set; }
 
 bool ProcessGroup::has_backend(const std::string& backend) {
   for (const auto& entry : backends::all()) {
@@ -250,6 +282,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
   group->timeout_ = options.timeout();
   group->spin_before_sleep_ = options.spin_before_sleep();
   group->device_ = options.device();
+  if (options.abortable()) group->abort_ = std::make_shared<GroupAbort>();
   group->backend_impl_ = std::make_unique<Backend>();
   for (const auto& entry : backends::all()) {
     if (entry.name != options.backend()) continue;
@@ -363,6 +396,8 @@ void ProcessGroup::barrier() {
 }
 
 int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor, CollectiveTag tag) {
+  if (aborted())
+    throw PeerFailure(concat("rank ", rank_, ": ", op, " on an aborted group: ", abort_->why()));
   std::string dtype = "none";
   std::vector<int64_t> shape;
   if (tensor.defined()) {
@@ -388,7 +423,7 @@ int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor, 
 
 Work ProcessGroup::track(c10::intrusive_ptr<c10d::Work> work, std::string what, int64_t seq) const {
   if (recorder_->keeps_records()) record_completion(*work, recorder_, seq);
-  return Work(std::move(work), std::move(what), rank_, spin_before_sleep_, recorder_, seq);
+  return Work(std::move(work), std::move(what), rank_, spin_before_sleep_, recorder_, seq, abort_);
 }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {

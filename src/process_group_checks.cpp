@@ -21,8 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
-
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size(); ++i) out += concat(i ? ", " : "", ranks[i]);

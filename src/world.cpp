@@ -87,6 +87,15 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     } else if (w.agent_store) {
       w.store_prefix = concat("/worker/attempt_", w.restart_count);
     }
+    if (const std::string* mode = get(env, env::kOnFailure)) {
+      if (*mode != "continue" && *mode != "restart") {
+        throw InvalidArgument(concat("environment variable ", env::kOnFailure, ": '", *mode,
+                                     "' is neither continue nor restart"));
+      }
+      w.fault_tolerant = *mode == "continue";
+    }
+    const std::string* newcomer = get(env, env::kNewcomer);
+    w.newcomer = newcomer && *newcomer == "1";
     read_master(env, w);
   } else if (get(env, env::kSlurmProcId) && get(env, env::kSlurmNtasks)) {
     w.source = "slurm";

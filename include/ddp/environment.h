@@ -30,6 +30,11 @@ inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr char kStoreFile[] = "DDP_STORE_FILE";
 /// The key prefix of the workers' keys in the agent's store (an elastic launcher's round).
 inline constexpr char kStorePrefix[] = "DDP_STORE_PREFIX";
+/// "continue": the launcher keeps the survivors running when a worker fails (--on-failure
+/// continue); the workers form a FaultTolerantGroup (fault_tolerance.h).
+inline constexpr char kOnFailure[] = "DDP_ON_FAILURE";
+/// "1": this worker replaces a lost one in a running fault-tolerant job (FaultTolerantGroup::join).
+inline constexpr char kNewcomer[] = "DDP_NEWCOMER";
 
 // --- Slurm's (srun) and Open MPI's (mpirun) names for the same, read where RANK is absent.
 

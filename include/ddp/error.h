@@ -4,6 +4,7 @@
 // kinds apart.
 #pragma once
 
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -72,5 +73,8 @@ std::string concat(const Parts&... parts) {
 
 /// The first line of a message (c10 errors carry a backtrace after it).
 inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+/// A duration in seconds, as messages say it ("within 2.5 s").
+inline double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
 
 }  // namespace ddp

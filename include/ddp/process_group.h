@@ -61,7 +61,13 @@ struct ProcessGroupOptions {
   TORCH_ARG(bool, debug_collectives) = false;
   /// How many of the last collectives the flight recorder keeps (0: none).
   TORCH_ARG(int, flight_records) = 2000;
+  /// Work::wait() polls the collective, so that ProcessGroup::abort() can end a wait on a peer
+  /// that stopped answering (c10d's Gloo cannot cancel a collective). FaultTolerantGroup sets it.
+  TORCH_ARG(bool, abortable) = false;
 };
+
+/// Shared by an abortable group and its Work: whether, and why, the group was aborted.
+struct GroupAbort;
 
 /// What a collective is part of, written into its flight record (flight_recorder.h): how the
 /// error messages, the hang analysis and a timeline place it.
@@ -77,7 +83,8 @@ class Work {
   /// `recorder` and `seq`: where the collective is recorded (completion, failure).
   explicit Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
                 std::chrono::microseconds spin_before_sleep = {},
-                std::shared_ptr<FlightRecorder> recorder = nullptr, int64_t seq = 0);
+                std::shared_ptr<FlightRecorder> recorder = nullptr, int64_t seq = 0,
+                std::shared_ptr<const GroupAbort> abort = nullptr);
   Work(Work&&) noexcept;
   Work& operator=(Work&&) noexcept;
   ~Work();
@@ -99,6 +106,7 @@ class Work {
   std::string what_;
   int rank_;
   std::chrono::microseconds spin_before_sleep_;
+  std::shared_ptr<const GroupAbort> abort_;  // null unless the group is abortable
 };
 
 /// The ranks of one job and the collectives between them.
@@ -143,6 +151,12 @@ class ProcessGroup {
   /// did not arrive within 20 s"). Goes through the store, so it works when a backend is stuck.
   void monitored_barrier(std::chrono::milliseconds timeout, const std::string& what = "barrier");
 
+  /// Ends this group (`abortable` only): every wait() on its collectives, running or to come,
+  /// throws PeerFailure naming `reason`, and so does every new collective. The backend's own
+  /// threads may stay blocked on the lost peer until the timeout: keep the group alive (its
+  /// destructor would wait for them), and go on with a new one.
+  void abort(const std::string& reason);
+  bool aborted() const;
   /// This rank's record of its recent collectives.
   FlightRecorder& recorder() { return *recorder_; }
 
@@ -181,6 +195,7 @@ class ProcessGroup {
   int prefix_counter_ = 0;
   std::shared_ptr<FlightRecorder> recorder_;
   bool debug_collectives_ = false;
+  std::shared_ptr<GroupAbort> abort_;  // abortable groups only
 };
 
 /// Parses "tcp://host:port" into its parts; throws InvalidArgument naming the flag otherwise.

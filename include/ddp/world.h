@@ -33,6 +33,10 @@ struct WorldInfo {
   std::string store_prefix;
   /// DDP_STORE_FILE: launch() on one node rendezvouses through this file instead of a port.
   std::string store_file;
+  /// DDP_ON_FAILURE=continue: the job goes on without a lost worker (FaultTolerantGroup).
+  bool fault_tolerant = false;
+  /// DDP_NEWCOMER=1: this worker joins the running job; its rank comes from the group.
+  bool newcomer = false;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"
 
   /// Reads the process environment (see the file comment); throws InvalidArgument naming the
