@@ -101,12 +101,17 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
   per_round.nnodes(int(round.nodes.size())).node_rank(round.node_rank);
   const auto [host, port] = parse_endpoint(o.rdzv_endpoint());
   per_round.master_addr(host);
-  workers = std::make_unique<WorkerSet>(
-      per_round, port, int(round.number - 1), "", cpu_shares,
-      std::vector<std::string>{concat(env::kUseAgentStore, "=True"),
-                               concat(env::kStorePrefix, "=", rdzv.worker_prefix(round))});
+  std::vector<std::string> environment = {
+      concat(env::kUseAgentStore, "=True"),
+      concat(env::kStorePrefix, "=", rdzv.worker_prefix(round))};
+  if (round.newcomer) environment.push_back(concat(env::kNewcomer, "=1"));
+  workers = std::make_unique<WorkerSet>(per_round, port, int(round.number - 1), "", cpu_shares,
+                                        environment);
   workers->start();
   auto next_look = Clock::now();
+  // With --on-failure continue the workers themselves go on without a lost node, and take in
+  // a new one: only the job's end concerns the agent.
+  const bool continuing = o.on_failure() == "continue";
   return workers->watch(stop, [&] {
     if (Clock::now() < next_look) return false;
     next_look = Clock::now() + ms(o.monitor_interval());
@@ -115,6 +120,7 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
       return true;
     }
     news = rdzv.check(round);
+    if (continuing) return news.kind == RoundStatus::kClosed;
     return news.kind != RoundStatus::kRunning;
   });
 }
@@ -180,6 +186,45 @@ std::optional<int> after_success(const LaunchOptions& o, ElasticRendezvous& rdzv
   return 1;
 }
 
+// --on-failure continue: one round for the whole job. A node arriving while it runs joins it,
+// its workers as newcomers; a node lost is the workers' business (FaultTolerantGroup); the job
+// ends when every node of the round is done or gone.
+int launch_continuing(const LaunchOptions& o, const StopSignals& stop,
+                      const std::vector<std::vector<int>>& cpu_shares) {
+  ElasticRendezvous rdzv(settings_of(o), node_name());
+  const auto stopped = [&] { return stop.received() != 0; };
+  const Round round = rdzv.join(0, stopped, /*join_running=*/true);
+  if (round.job_finished) {
+    std::fprintf(stderr, "%s: the job finished without this node\n", o.name().c_str());
+    return 0;
+  }
+  if (round.number == 0) return 128 + stop.received();
+  MembershipLog log(o);
+  log.round_begins(round);
+  if (round.newcomer) {
+    std::fprintf(stderr, "%s: joined the running job; its workers take the state from a peer\n",
+                 o.name().c_str());
+  }
+  RoundStatus news;
+  std::unique_ptr<WorkerSet> workers;
+  const WatchResult result = run_round(o, round, rdzv, stop, cpu_shares, news, workers);
+  if (result == WatchResult::kStopRequested) {
+    std::fprintf(stderr, "%s: received %s, stopping this node's workers (the job goes on)\n",
+                 o.name().c_str(), signal_name(stop.received()).c_str());
+    workers->stop(o.grace_seconds());
+    return 128 + stop.received();
+  }
+  workers->stop(o.grace_seconds());  // a failed worker was named as it ended (WorkerSet)
+  const bool succeeded = result == WatchResult::kAllSucceeded;
+  if (result != WatchResult::kInterrupted) news = rdzv.finish_surviving(round, succeeded, stopped);
+  rdzv.depart(round, stopped);
+  if (news.kind == RoundStatus::kClosed && news.cause != "the job finished") {
+    std::fprintf(stderr, "%s: the job ended: %s\n", o.name().c_str(), news.cause.c_str());
+    return 1;
+  }
+  return succeeded ? 0 : 1;
+}
+
 }  // namespace
 
 std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
@@ -202,6 +247,7 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
 
 int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
                    const std::vector<std::vector<int>>& cpu_shares) {
+  if (o.on_failure() == "continue") return launch_continuing(o, stop, cpu_shares);
   const std::string node = node_name();
   ElasticRendezvous rdzv(settings_of(o), node);
   const auto stopped = [&] { return stop.received() != 0; };

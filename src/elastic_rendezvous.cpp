@@ -321,7 +321,8 @@ ElasticRendezvous::~ElasticRendezvous() {
   FLAGS_caffe2_log_level = impl_->log_level;
 }
 
-Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stopped) {
+Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stopped,
+                              bool join_running) {
   return impl_->guarded([&]() -> Round {
     Impl& m = *impl_;
     const auto deadline = Clock::now() + m.s.join_timeout;
@@ -345,6 +346,16 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         return next.complete && next.round > after && contains(next.participants, m.node);
       };
       if (mine()) return m.round_of(next);
+      const bool ending = m.store->add(concat("round_", next.round, "/finished"), 0) > 0;
+      if (next.complete && join_running && !ending &&
+          int(next.participants.size()) < m.s.max_nodes) {
+        next.participants.push_back(m.node);  // into the running round, as a newcomer
+        remove(next.waiting, m.node);
+        if (!m.replace(old_text, next)) continue;
+        Round round = m.round_of(next);
+        round.newcomer = true;
+        return round;
+      }
       if (next.complete) {
         if (!contains(next.waiting, m.node)) next.waiting.push_back(m.node);
       } else {
@@ -438,6 +449,29 @@ RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bo
       std::this_thread::sleep_for(kPoll);  // polling the store until every node has finished
     }
     return {};
+  });
+}
+
+RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeeded,
+                                                const std::function<bool()>& stopped) {
+  return impl_->guarded([&]() -> RoundStatus {
+    Impl& m = *impl_;
+    const std::string done = concat("round_", round.number, "/done/");
+    m.store->set(done + m.node, bytes(succeeded ? "ok" : "failed"));
+    m.store->add(concat("round_", round.number, "/finished"), 1);  // no newcomer joins now
+    while (!stopped()) {
+      const State st = m.read().second;
+      if (!st.closed.empty()) return RoundStatus{RoundStatus::kClosed, st.closed};
+      bool all_done = true, any_succeeded = false;
+      for (const std::string& n : st.participants) {
+        const std::string how = text_at(*m.store, done + n);
+        any_succeeded = any_succeeded || how == "ok";
+        all_done = all_done && (!how.empty() || m.liveness.dead(*m.store, "hb/" + n));
+      }
+      if (all_done) close(any_succeeded ? kFinished : "every node's workers failed");
+      std::this_thread::sleep_for(kPoll);  // polling the store until every node is done
+    }
+    return RoundStatus{};
   });
 }
 

@@ -47,6 +47,7 @@ struct Round {
   int node_rank = -1;              // this node's place in `nodes`
   std::string cause;               // why the round began (empty for the first)
   bool job_finished = false;       // join(): the job finished without this node (a spare)
+  bool newcomer = false;           // join_running: this node joined the round while it ran
 };
 
 /// What became of a running round.
@@ -74,8 +75,9 @@ class ElasticRendezvous {
   /// Joins the first round newer than `after` and waits for it to form. Throws TimeoutError after
   /// join_timeout (naming the nodes present), Error when the job is closed as failed, and returns
   /// an empty Round (number 0) when `stopped()` turns true while waiting, or one with
-  /// job_finished when the job finished meanwhile.
-  Round join(int64_t after, const std::function<bool()>& stopped);
+  /// job_finished when the job finished meanwhile. With `join_running` (--on-failure continue),
+  /// a node arriving while a round runs joins that round at once, as a newcomer.
+  Round join(int64_t after, const std::function<bool()>& stopped, bool join_running = false);
   /// The running round's news (a few store reads; call every monitor interval).
   RoundStatus check(const Round& round);
   /// Ends `round` for everyone so that a new one forms, unless another node already did. The
@@ -88,6 +90,12 @@ class ElasticRendezvous {
   /// finished. Then waits until the job is closed (kClosed, with how) or a new round begins
   /// (kNewRound: join it); kRunning when `stopped()` turned true first.
   RoundStatus finish(const Round& round, const std::function<bool()>& stopped);
+  /// --on-failure continue: this node is done with `round` (its workers succeeded, or all
+  /// failed). The job closes as finished once every node of the round is done or has stopped
+  /// beating, and at least one succeeded. Returns how it closed (kClosed), or kRunning when
+  /// `stopped()` turned true first.
+  RoundStatus finish_surviving(const Round& round, bool succeeded,
+                               const std::function<bool()>& stopped);
   /// The job is closed and this node goes: the store's host first waits (at most 10 s) for the
   /// other nodes of `round` to have read that, so that none finds the store gone, then for the
   /// agents of other jobs at the same endpoint to leave (or stop beating), unless `stopped()`.

@@ -156,7 +156,7 @@ class FaultTolerantGroup::Impl {
   // Generation `g` as the first member to see every member of `old` ready or lost decides it;
   // empty while that is not so.
   std::string proposal(const Membership& old, int64_t g, const std::string& cause,
-                       Clock::time_point give_up) {
+                       Clock::time_point give_up, bool admit) {
     Membership next;
     next.generation = g;
     for (const auto& m : old.members) {
@@ -170,7 +170,7 @@ class FaultTolerantGroup::Impl {
     }
     const int64_t joiners = store->add("joiners", 0);
     next.admitted = old.admitted;
-    while (next.admitted < joiners) {
+    while (admit && next.admitted < joiners) {
       const std::string newcomer = text_at(*store, concat("waiting/", next.admitted + 1));
       if (newcomer.empty()) break;  // announced, not yet named: the next generation takes it
       next.members.push_back(newcomer);
@@ -252,14 +252,14 @@ void FaultTolerantGroup::connect() {
   impl_->steps_voted = 0;
 }
 
-StepVerdict FaultTolerantGroup::vote(bool ok) {
+StepVerdict FaultTolerantGroup::vote(bool ok, bool admit) {
   Impl& s = *impl_;
   const std::string base = concat("vote/", membership_.generation, "/", s.steps_voted++, "/");
   const std::string key = base + "verdict";
   std::string verdict;
   if (ok && !group_->aborted()) {
     if (s.store->add(base + "ok", 1) == membership_.size()) {
-      const bool waiting = s.store->add("joiners", 0) > membership_.admitted;
+      const bool waiting = admit && s.store->add("joiners", 0) > membership_.admitted;
       verdict = first_value(*s.store, key, waiting ? "grow" : "commit");
     }
   } else {
@@ -278,7 +278,7 @@ StepVerdict FaultTolerantGroup::vote(bool ok) {
   return {false, true};
 }
 
-const Membership& FaultTolerantGroup::reconfigure() {
+const Membership& FaultTolerantGroup::reconfigure(bool admit) {
   Impl& s = *impl_;
   while (true) {
     const int64_t g = membership_.generation + 1;
@@ -294,7 +294,7 @@ const Membership& FaultTolerantGroup::reconfigure() {
     const auto give_up = Clock::now() + s.options.group().timeout();
     std::string text;
     while ((text = text_at(*s.store, concat("members/", g))).empty()) {
-      const std::string proposal = s.proposal(membership_, g, cause, give_up);
+      const std::string proposal = s.proposal(membership_, g, cause, give_up, admit);
       if (!proposal.empty()) {
         text = first_value(*s.store, concat("members/", g), proposal);
         s.store->set("latest", bytes(std::to_string(g)));
@@ -308,10 +308,11 @@ const Membership& FaultTolerantGroup::reconfigure() {
     }
     Membership next = from_text(text);
     if (index_of(next.members, s.id) < 0) {
-      // The others found this member lost (frozen for a while, cut off): it comes back as a
-      // newcomer, and takes the state again.
-      s.watch->stop(false);
-      next = s.await_admission(s.announce());
+      throw DistributedError(
+          concat(s.id, ": the others went on without this member in generation ", g, " (",
+                 next.cause, "): it was silent for more than ",
+                 seconds(s.options.heartbeat_interval() * s.options.missed_heartbeats()),
+                 " s (frozen, or cut off); a newcomer can take its place"));
     }
     if (next.size() < s.options.min_size()) {
       throw DistributedError(concat("only ", next.size(), " member(s) left (",
@@ -330,16 +331,35 @@ const Membership& FaultTolerantGroup::reconfigure() {
   }
 }
 
-void FaultTolerantGroup::run_to_completion(const std::function<void()>& phase,
-                                           const std::function<void()>& on_change) {
+namespace {
+
+// Whether `work` completed here (a lost peer's PeerFailure is the one failure expected).
+bool completes(const std::function<void()>& work) {
+  try {
+    work();
+    return true;
+  } catch (const PeerFailure&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void FaultTolerantGroup::settle(const std::function<void()>& adopt) {
   while (true) {
-    try {
-      phase();
-      return;
-    } catch (const PeerFailure&) {
-      reconfigure();
-      on_change();
-    }
+    const StepVerdict verdict = vote(completes(adopt), /*admit=*/false);
+    if (verdict.commit) return;
+    reconfigure(/*admit=*/false);
+  }
+}
+
+void FaultTolerantGroup::run_to_completion(const std::function<void()>& phase,
+                                           const std::function<void()>& adopt) {
+  while (true) {
+    const StepVerdict verdict = vote(completes(phase), /*admit=*/false);
+    if (verdict.commit) return;
+    reconfigure(/*admit=*/false);
+    settle(adopt);
   }
 }
 

@@ -73,6 +73,15 @@ void validate(const LaunchOptions& o) {
   if (o.max_restarts() < 0) throw InvalidArgument("max_restarts must be >= 0");
   if (!(o.grace_seconds() >= 0)) throw InvalidArgument("grace_seconds must be >= 0");
   validate_elastic(o);
+  if (o.on_failure() != "restart" && o.on_failure() != "continue") {
+    throw InvalidArgument(
+        concat("on_failure '", o.on_failure(), "' is neither restart nor continue"));
+  }
+  if (o.on_failure() == "continue" && o.rdzv_backend() != "c10d" && o.nnodes() > 1) {
+    throw InvalidArgument(
+        "on_failure continue across nodes needs rdzv_backend c10d (its agents host the store, "
+        "which must outlive every worker)");
+  }
   if (o.rdzv_backend() == "c10d") return;  // node_rank and the master come from the rendezvous
   if (o.node_rank() < 0 || o.node_rank() >= o.nnodes()) {
     throw InvalidArgument(
@@ -170,6 +179,8 @@ int launch(const LaunchOptions& given) {
     }
     report_frozen(options, workers);
     workers.stop(options.grace_seconds());
+    // --on-failure continue: the last worker left failed (each was named as it ended).
+    if (options.on_failure() == "continue") return 1;
     report_failure(options, workers.failed());
     print_hang_report(stderr, options.name(), options.debug_dir(), started_us);
     if (restart >= options.max_restarts()) return 1;

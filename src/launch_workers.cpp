@@ -168,6 +168,8 @@ std::vector<std::string> WorkerSet::environment(const Worker& w) const {
   set(env::kMasterPort, port_);
   set(env::kRestartCount, restart_);
   if (!store_file_.empty()) set(env::kStoreFile, store_file_);
+  if (o_.on_failure() == "continue") set(env::kOnFailure, "continue");
+  if (w.newcomer) set(env::kNewcomer, 1);
   vars.insert(vars.end(), extra_environment_.begin(), extra_environment_.end());
   if (!o_.debug_dir().empty()) set(env::kDebugDir, o_.debug_dir());
   if (!cpu_shares_.empty()) set(env::kCpuBind, "cores");  // launched_with_cpu_binding()
@@ -291,9 +293,18 @@ WatchResult WorkerSet::watch(const StopSignals& stop, const std::function<bool()
     }
     bool all_done = true;
     for (Worker& w : workers_) {
+      if (w.dropped) continue;
       if (!reap(w, false)) {
         all_done = false;
         continue;
+      }
+      if (!exited_with(w.status, 0) && o_.on_failure() == "continue") {
+        failed_ = size_t(&w - workers_.data());
+        if (carry_on_without(w)) {
+          all_done = false;
+          continue;
+        }
+        return WatchResult::kWorkerFailed;
       }
       if (!exited_with(w.status, 0)) {
         failed_ = root_cause();
@@ -306,6 +317,31 @@ WatchResult WorkerSet::watch(const StopSignals& stop, const std::function<bool()
     }
     if (all_done) return WatchResult::kAllSucceeded;
   }
+}
+
+bool WorkerSet::carry_on_without(Worker& w) {
+  pump(w, w.out, true);
+  pump(w, w.err, true);
+  const bool replace = replacements_ < o_.max_restarts();
+  std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; the job goes on without it%s\n",
+               o_.name().c_str(), w.rank, w.local_rank, int(w.pid), describe_exit(w.status).c_str(),
+               replace ? concat(", and a newcomer replaces it (restart ", replacements_ + 1, " of ",
+                                o_.max_restarts(), ")")
+                             .c_str()
+                       : "");
+  for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
+  if (replace) {
+    ++replacements_;
+    w.newcomer = true;
+    w.stderr_tail.clear();
+    spawn(w);
+    return true;
+  }
+  w.dropped = true;
+  for (const Worker& other : workers_) {
+    if (!other.dropped) return true;
+  }
+  return false;
 }
 
 // The failed worker to name. One that exited with kExitPeerFailure only saw another rank fail;

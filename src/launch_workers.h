@@ -31,7 +31,9 @@ struct Worker {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
-  int status = 0;  // waitpid()'s, once it has ended
+  int status = 0;         // waitpid()'s, once it has ended
+  bool newcomer = false;  // --on-failure continue: a replacement joining the running job
+  bool dropped = false;   // --on-failure continue: failed, not replaced; the others go on
   WorkerStream out, err;
   std::deque<std::string> stderr_tail;
   std::unique_ptr<std::ofstream> log;
@@ -39,8 +41,10 @@ struct Worker {
 
 /// How watching the workers ended.
 enum class WatchResult {
-  kAllSucceeded,   ///< every worker exited with 0, and all of its output was relayed
-  kWorkerFailed,   ///< a worker failed; failed() is the one to name as the cause
+  kAllSucceeded,   ///< every worker exited with 0, and all of its output was relayed (with
+                   ///< --on-failure continue: every one not dropped)
+  kWorkerFailed,   ///< a worker failed (with --on-failure continue: the last one left);
+                   ///< failed() is the one to name as the cause
   kStopRequested,  ///< the launcher received SIGINT or SIGTERM
   kInterrupted,    ///< the caller's `interrupt` said so (an elastic round ended elsewhere)
 };
@@ -62,7 +66,8 @@ class WorkerSet {
   /// started to the destructor.
   void start();
   /// Relays output until all exit, one fails, `stop` notes a signal or `interrupt` (asked about
-  /// every 100 ms, when given) returns true.
+  /// every 100 ms, when given) returns true. With --on-failure continue a failed worker is
+  /// started again as a newcomer while --max-restarts allows, else dropped, and the others go on.
   WatchResult watch(const StopSignals& stop, const std::function<bool()>& interrupt = nullptr);
   /// SIGTERM to everyone still running, SIGKILL after `grace` seconds; reaps them all.
   /// The workers still running that are frozen (stopped by SIGSTOP or a debugger: state T in
@@ -80,6 +85,8 @@ class WorkerSet {
   void emit(Worker& w, const std::string& line, bool is_stderr);
   void emit_live(Worker& w, const std::string& line);
   size_t root_cause();
+  /// --on-failure continue: replaces or drops failed worker `w`; false when none is left.
+  bool carry_on_without(Worker& w);
 
   const LaunchOptions& o_;
   int port_;
@@ -89,6 +96,7 @@ class WorkerSet {
   std::vector<std::string> extra_environment_;
   std::vector<Worker> workers_;
   size_t failed_ = 0;
+  int replacements_ = 0;     // workers started again under --on-failure continue
   bool live_shown_ = false;  // a worker's progress line is on the console, unfinished
 };
 

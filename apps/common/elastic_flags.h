@@ -108,6 +108,16 @@ std::vector<Flag<Options>> elastic_flags(Launch launch) {
        },
        [launch](const Options& o) { return std::to_string(launch(o).max_restarts()); },
        ValueKind::kNumber},
+      {"--on-failure", "restart|continue",
+       "a worker fails: restart (default) stops every worker and starts them again from the "
+       "newest checkpoint; continue goes on at once without it (per-step fault tolerance), a "
+       "newcomer replacing it while --max-restarts allows",
+       [launch](Options& o, const std::string& v) {
+         parse_choice<std::string>("--on-failure", "action", v,
+                                   {{"restart", "restart"}, {"continue", "continue"}});
+         launch(o).on_failure(v);
+       },
+       [launch](const Options& o) { return launch(o).on_failure(); }, ValueKind::kText},
       {"--monitor-interval", "SECONDS",
        "c10d: between two looks at the rendezvous while the workers run (default 0.1)",
        [launch](Options& o, const std::string& v) {

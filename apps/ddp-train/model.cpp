@@ -21,11 +21,9 @@ double LockstepBaseline::wait() {
 TrainedModel::TrainedModel(const TrainOptions& o, const TrainingSetup& s)
     : module_(s.model), device_(s.device), precision_(s.precision) {
   if (!s.group) return;
+  if (s.world.newcomer) return;  // wrapped by regroup(), once it holds the state
   if (!o.no_sync_baseline) {
-    ddp_.emplace(
-        module_, s.group,
-        DDPOptions().bucket_cap_mb(o.bucket_cap_mb).first_bucket_cap_mb(o.first_bucket_cap_mb));
-    ddp_->register_comm_hook(make_comm_hook(o.comm_hook));
+    regroup(o, s);
     return;
   }
   if (s.is_root()) {
@@ -33,6 +31,14 @@ TrainedModel::TrainedModel(const TrainOptions& o, const TrainingSetup& s)
                 o.lockstep_baseline ? "--lockstep-baseline" : "--no-sync-baseline");
   }
   if (o.lockstep_baseline) lockstep_.emplace(s.group);
+}
+
+void TrainedModel::regroup(const TrainOptions& o, const TrainingSetup& s) {
+  ddp_.reset();  // its reducer's hooks go with it
+  ddp_.emplace(
+      module_, s.group,
+      DDPOptions().bucket_cap_mb(o.bucket_cap_mb).first_bucket_cap_mb(o.first_bucket_cap_mb));
+  ddp_->register_comm_hook(make_comm_hook(o.comm_hook));
 }
 
 torch::Tensor TrainedModel::forward(const torch::Tensor& images) {

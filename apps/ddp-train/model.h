@@ -47,6 +47,10 @@ class TrainedModel {
   /// or a benchmark baseline is asked for.
   TrainedModel(const TrainOptions& options, const TrainingSetup& setup);
 
+  /// Wraps the model again over the set-up's group, which changed (--on-failure continue):
+  /// rank 0's weights go to every rank.
+  void regroup(const TrainOptions& options, const TrainingSetup& setup);
+
   /// The logits of a batch, in fp32, prepared for a synchronised backward.
   torch::Tensor forward(const torch::Tensor& images);
 

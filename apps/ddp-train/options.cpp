@@ -368,12 +368,14 @@ void check_combinations(const TrainOptions& options) {
   }
   const LaunchOptions& l = options.launcher;
   const bool launcher_flags = l.nnodes() != 1 || l.rdzv_backend() != "static" ||
-                              !l.rdzv_endpoint().empty() || l.max_restarts() > 0;
+                              !l.rdzv_endpoint().empty() || l.max_restarts() > 0 ||
+                              l.on_failure() != "restart";
   if (launcher_flags && options.nproc_per_node == 0) {
     throw InvalidArgument(
-        "--nnodes, --rdzv-backend, --rdzv-endpoint and --max-restarts are the launcher's: add "
-        "--nproc-per-node N (workers on this node), or give them to ddprun");
+        "--nnodes, --rdzv-backend, --rdzv-endpoint, --max-restarts and --on-failure are the "
+        "launcher's: add --nproc-per-node N (workers on this node), or give them to ddprun");
   }
+  if (l.on_failure() == "continue") check_fault_tolerance_options(options);
   if (options.checkpoint_every_steps > 0 && options.checkpoint_dir.empty()) {
     throw InvalidArgument("--checkpoint-every-steps needs --checkpoint-dir (where to write them)");
   }
@@ -455,6 +457,23 @@ std::string config_text(const TrainOptions& o, bool only_changed) {
   const std::string source =
       o.config.empty() ? "" : "# config = " + cli::FlagTable<O>::quoted(o.config) + "\n";
   return source + table().toml(o, only_changed);
+}
+
+void check_fault_tolerance_options(const TrainOptions& o) {
+  const std::string backend = concat("--backend ", to_string(o.backend));
+  const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
+  // Gloo only: c10d's Gloo lets a rank walk away from a collective, NCCL's kernels do not.
+  const char* flag = o.zero                ? "--zero"
+                     : o.no_pad            ? "--no-pad"
+                     : o.no_sync_baseline  ? "--no-sync-baseline"
+                     : o.lockstep_baseline ? "--lockstep-baseline"
+                     : !gloo               ? backend.c_str()
+                                           : nullptr;
+  if (flag != nullptr) {
+    throw InvalidArgument(concat("--on-failure continue cannot be combined with ", flag,
+                                 ": its state is tied to one group of ranks (use --on-failure "
+                                 "restart, which resumes from a checkpoint)"));
+  }
 }
 
 std::vector<std::string> launcher_flag_names() {

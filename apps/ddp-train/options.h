@@ -119,6 +119,10 @@ TrainOptions parse_train_options(const std::vector<std::string>& args, bool& hel
 /// The flags a preset stands for (kReference: none), for a run on `dataset`.
 std::vector<std::string> preset_flags(Preset preset, data::DatasetKind dataset);
 
+/// The flags --on-failure continue cannot keep (their state is tied to one group of ranks),
+/// named in an InvalidArgument; nothing when they are all fine.
+void check_fault_tolerance_options(const TrainOptions& options);
+
 /// The flags that are the embedded launcher's (--nproc-per-node, --cpu-bind and the membership
 /// flags): the launcher keeps them, its workers get the others.
 std::vector<std::string> launcher_flag_names();

@@ -149,6 +149,10 @@ void Reporter::end_epoch(const EpochReport& report, int64_t global_step) {
   std::fflush(stdout);
 }
 
+void Reporter::membership_change(const JsonRecord& record) {
+  if (root_) metrics_.write(record);
+}
+
 void Reporter::summary(const std::vector<EpochResult>& results) const {
   if (!root_ || results.empty()) return;
   double seconds = 0, images = 0;

@@ -14,14 +14,9 @@
 #include "ddp/error.h"
 #include "ddp/sampler.h"
 #include "evaluation.h"
-#include "fault.h"
 #include "flag_hint.h"
-#include "model.h"
-#include "optimizer.h"
-#include "step_trace.h"
-#include "stragglers.h"
-#include "timeline.h"
-#include "training_setup.h"
+#include "regroup.h"
+#include "training.h"
 
 namespace ddp::train {
 namespace {
@@ -69,17 +64,6 @@ Clock::time_point now_after(torch::Device device, bool exact) {
   return Clock::now();
 }
 
-// Where a run starts: after a checkpoint's epoch and step, or at the beginning.
-struct Position {
-  int epoch = 1;              // the first epoch to train
-  int64_t step_in_epoch = 0;  // its steps already taken (a mid-epoch checkpoint's)
-  int64_t global_step = 0;
-  // Samples of that epoch visited at other world sizes (its order's first ones): the rest is
-  // re-sharded over this world. And those steps, which the checkpoints' names count on from.
-  int64_t taken_in_epoch = 0;
-  int64_t earlier_steps = 0;
-};
-
 // A checkpoint (explicit, or the newest after a launcher restart), a state dict, or the seeded
 // initial weights. Every rank reads the same file.
 Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& optimizer) {
@@ -113,34 +97,8 @@ Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& 
                   (long long)state.step_in_epoch, (long long)state.epoch + 1);
     }
   }
-  const bool same_world = state.world_size == s.world.world_size;
-  // At another world size, what the checkpoint's world visited of the epoch is skipped and the
-  // rest shared out; at the same one the epoch's steps are skipped (bit-exact).
-  const int64_t taken = state.taken_in_epoch +
-                        (same_world ? 0 : state.step_in_epoch * o.batch_size * state.world_size);
-  const int64_t earlier = state.earlier_steps_in_epoch + (same_world ? 0 : state.step_in_epoch);
-  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step, taken,
-          earlier};
+  return position_from(state, s.world.world_size, o.batch_size);
 }
-
-// Everything an epoch of training works with, set up once.
-struct Training {
-  const TrainOptions& options;
-  const TrainingSetup& setup;
-  TrainedModel& model;
-  TrainOptimizer& optimizer;
-  DistributedSampler& sampler;
-  data::Loader& loader;
-  StepTrace& trace;
-  Timeline& timeline;
-  StragglerWatch stragglers;
-  Reporter& reporter;
-  const Fault fault;
-  int64_t global_step;
-  AsyncCheckpointWriter& step_checkpoints;  // --checkpoint-every-steps
-  int64_t taken_in_epoch = 0;               // of the epoch running: see Position
-  int64_t earlier_steps = 0;                // likewise
-};
 
 // One epoch's running totals on this rank.
 struct EpochTotals {
@@ -181,25 +139,57 @@ void observe_step(Training& t, const StepTrace::Step& s) {
   t.timeline.span("optimizer", s.averaged, s.done, s.global_step);
 }
 
-// One training step on one batch: forward, backward (the gradients' all-reduce overlaps it),
-// update. Returns false at the end of the epoch's data.
-bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
+// What became of one step.
+struct StepOutcome {
+  bool end_of_data = false;  // no batch was left: nothing happened
+  bool committed = true;     // the step counts (--on-failure continue: every rank's went well)
+  bool regroup = false;      // --on-failure continue: the ranks change before the next step
+};
+
+// Forward and backward (the gradients' all-reduce overlaps it); returns the loss, sets
+// `forward_done` and `exposed` (the all-reduce's wait). Under --on-failure continue a lost
+// peer's PeerFailure is this rank's vote against the step, whose outcome is every rank's verdict.
+torch::Tensor forward_backward(Training& t, const data::Batch& batch, bool exact,
+                               Clock::time_point& forward_done, double& exposed,
+                               StepOutcome& outcome) {
+  torch::Tensor loss;
+  bool ok = true;
+  try {
+    loss = torch::nn::functional::cross_entropy(t.model.forward(batch.images), batch.labels);
+    t.fault.at_loss(t.global_step + 1, t.setup.world.rank, loss);
+    forward_done = now_after(t.setup.device, exact);
+    t.optimizer.zero_grad();
+    loss.backward();
+    exposed = t.model.exposed_wait_seconds();
+  } catch (const PeerFailure&) {
+    if (!t.setup.ft) throw;
+    ok = false;
+  }
+  if (t.setup.ft) {
+    const StepVerdict verdict = t.setup.ft->vote(ok);
+    outcome.committed = verdict.commit;
+    outcome.regroup = verdict.reconfigure;
+    if (!verdict.commit) t.optimizer.zero_grad();
+  }
+  return loss;
+}
+
+// One training step on one batch: forward, backward, update.
+StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   const int rank = t.setup.world.rank;
   const torch::Device device = t.setup.device;
   const bool exact = t.trace.enabled() || t.timeline.enabled();  // see now_after()
   const auto t0 = Clock::now();
   if (t.setup.group) t.setup.group->recorder().set_step(t.global_step + 1);
   std::optional<data::Batch> batch = t.loader.next();
-  if (!batch) return false;
+  if (!batch) return {true};
   batch->to(device);
   const auto t1 = now_after(device, exact);
-  torch::Tensor loss =
-      torch::nn::functional::cross_entropy(t.model.forward(batch->images), batch->labels);
-  t.fault.at_loss(t.global_step + 1, rank, loss);
-  const auto t2 = now_after(device, exact);
-  t.optimizer.zero_grad();
-  loss.backward();
-  const double exposed = t.model.exposed_wait_seconds();
+  StepOutcome outcome;
+  double exposed = 0;
+  Clock::time_point t2;
+  const torch::Tensor loss = forward_backward(t, *batch, exact, t2, exposed, outcome);
+  if (!outcome.committed) return outcome;
   const auto t3 = now_after(device, exact);
   const bool updated = update(t, totals, [&] {
     const double value = loss.item<double>();
@@ -208,7 +198,7 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
                   "; stopped before the optimizer step, so the weights are the last finite "
                   "ones. Lower --lr, or pass --on-nan skip");
   });
-  if (!updated) return true;  // the batch is consumed, only the update is skipped
+  if (!updated) return outcome;  // the batch is consumed, only the update is skipped
   const auto t4 = now_after(device, exact);
   totals.times.data_wait += seconds_between(t0, t1);
   totals.times.forward += seconds_between(t1, t2);
@@ -221,22 +211,9 @@ bool train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   const int64_t count = batch->labels.size(0);
   totals.loss_sum += loss.detach().to(torch::kFloat64) * double(count);
   totals.images += count;
-  t.reporter.step(epoch, step, t.global_step, loss, t.optimizer.lr(), totals.images);
-  return true;
-}
-
-// The run's place after step `steps_taken` of epoch `epoch`, for a checkpoint.
-CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
-  CheckpointState state;
-  state.epoch = steps_taken > 0 ? epoch - 1 : epoch;
-  state.step_in_epoch = steps_taken;
-  state.taken_in_epoch = steps_taken > 0 ? t.taken_in_epoch : 0;
-  state.earlier_steps_in_epoch = steps_taken > 0 ? t.earlier_steps : 0;
-  state.global_step = t.global_step;
-  state.world_size = t.setup.world.world_size;
-  state.config = config_text(t.options);
-  state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
-  return state;
+  t.reporter.step(epoch, t.earlier_steps + step, t.global_step, loss, t.optimizer.lr(),
+                  totals.images);
+  return outcome;
 }
 
 // --checkpoint-every-steps: after `steps_taken` steps of `steps`, a snapshot written in the
@@ -264,7 +241,7 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   t.earlier_steps = resumed ? from.earlier_steps : 0;
   const int64_t bad_before = t.loader.bad_samples();
   t.loader.start_epoch(t.sampler.indices(), epoch - 1, first_step);
-  const int64_t steps = steps_of(o, t.loader.num_batches());
+  int64_t steps = steps_of(o, t.loader.num_batches());
   if (taken > 0 && t.setup.is_root()) {
     std::printf(
         "epoch %d: %lld of its samples were trained at another world size; the other %lld are "
@@ -283,30 +260,42 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
                     " (averaged from the ranks still training; this one had joined)");
     });
   });
-  t.reporter.start_epoch(epoch, steps);
+  t.reporter.start_epoch(epoch, t.earlier_steps + steps);
   const auto start = Clock::now();
-  for (int64_t step = first_step; step < steps && train_step(t, totals, epoch, step); ++step) {
-    checkpoint_step_if_due(t, epoch, step + 1, steps);
+  for (int64_t step = first_step; step < steps;) {
+    const StepOutcome outcome = train_step(t, totals, epoch, step);
+    if (outcome.end_of_data) break;
+    if (outcome.committed) checkpoint_step_if_due(t, epoch, ++step, steps);
+    if (outcome.regroup) {  // --on-failure continue: the rest of the epoch on other ranks
+      regroup(t, epoch, step, !outcome.committed);
+      step = 0;
+      steps = steps_of(o, t.loader.num_batches());
+      t.reporter.start_epoch(epoch, t.earlier_steps + steps);
+    }
   }
-  if (join) join->join();  // shadowed steps count in global_step too
-  ProcessGroup* group = t.setup.group.get();
-  // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
-  // each other, under --no-sync-baseline they drift apart, and the slowest one is the job's pace.
-  const double seconds = max_over_ranks(group, seconds_between(start, Clock::now()));
-  std::vector<double> sums = {totals.loss_sum.item<double>(), double(totals.images),
-                              double(t.loader.bad_samples() - bad_before)};
-  sum_over_ranks(group, sums);
+  if (join) join->join();                  // shadowed steps count in global_step too
+  t.taken_in_epoch = t.earlier_steps = 0;  // the epoch is whole
+  const double local_seconds = seconds_between(start, Clock::now());
   EpochReport report;
-  report.result.epoch = epoch;
-  report.result.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
-  report.result.seconds = seconds;
-  report.result.images_per_second = seconds > 0 ? sums[1] / seconds : 0;
-  report.train_images = int64_t(sums[1]);
+  run_phase(t, epoch, [&] {
+    ProcessGroup* group = t.setup.group.get();
+    // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
+    // each other, under --no-sync-baseline they drift apart, and the slowest one is the pace.
+    const double seconds = max_over_ranks(group, local_seconds);
+    std::vector<double> sums = {totals.loss_sum.item<double>(), double(totals.images),
+                                double(t.loader.bad_samples() - bad_before)};
+    sum_over_ranks(group, sums);
+    report.result.epoch = epoch;
+    report.result.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    report.result.seconds = seconds;
+    report.result.images_per_second = seconds > 0 ? sums[1] / seconds : 0;
+    report.train_images = int64_t(sums[1]);
+    report.bad_samples = int64_t(sums[2]);
+    report.stragglers = t.stragglers.end_epoch(group);
+  });
   report.times = totals.times;
   report.skipped_steps = totals.skipped_steps;
-  report.bad_samples = int64_t(sums[2]);
   report.comm_bytes_per_step = t.model.bytes_communicated_per_step();
-  report.stragglers = t.stragglers.end_epoch(group);
   return report;
 }
 
@@ -352,20 +341,47 @@ void checkpoint_if_due(const Training& t, int epoch) {
 
 }  // namespace
 
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
+  CheckpointState state;
+  const bool mid_epoch = steps_taken > 0 || t.taken_in_epoch > 0;
+  state.epoch = mid_epoch ? epoch - 1 : epoch;
+  state.step_in_epoch = steps_taken;
+  state.taken_in_epoch = mid_epoch ? t.taken_in_epoch : 0;
+  state.earlier_steps_in_epoch = mid_epoch ? t.earlier_steps : 0;
+  state.global_step = t.global_step;
+  state.world_size = t.setup.world.world_size;
+  state.config = config_text(t.options);
+  state.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  return state;
+}
+
+Position position_from(const CheckpointState& state, int world_size, int64_t batch_size) {
+  const bool same_world = state.world_size == world_size;
+  const int64_t taken =
+      state.taken_in_epoch + (same_world ? 0 : state.step_in_epoch * batch_size * state.world_size);
+  const int64_t earlier = state.earlier_steps_in_epoch + (same_world ? 0 : state.step_in_epoch);
+  return {int(state.epoch) + 1, same_world ? state.step_in_epoch : 0, state.global_step, taken,
+          earlier};
+}
+
 std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& world) {
-  // The output files first: a path that cannot be written fails before start-up's work.
-  Reporter reporter(o, world.rank, world.world_size);
+  // The output files first: a path that cannot be written fails before start-up's work. (A
+  // newcomer of --on-failure continue is never rank 0: it reports nothing.)
+  Reporter reporter(o, world.newcomer ? -1 : world.rank, world.world_size);
   StepTrace trace(o.step_trace, world.rank);
   Timeline timeline(o.trace, world.rank);
-  const Fault fault = Fault::from_environment();  // a malformed DDP_FAULT fails before start-up
-  const TrainingSetup s = set_up_training(o, world);
+  // A malformed DDP_FAULT fails before start-up; a newcomer does not repeat the fault of the
+  // rank it replaces.
+  const Fault fault = world.newcomer ? Fault() : Fault::from_environment();
+  TrainingSetup s = set_up_training(o, world);
   const int64_t train_size = int64_t(s.data.train->size());
-  const int64_t epoch_steps = steps_per_epoch(o, train_size, world.world_size);
+  const int64_t epoch_steps = steps_per_epoch(o, train_size, s.world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
-  const Position start = restore(o, s, optimizer);
+  // A newcomer takes the state from a peer instead (settle_newcomer).
+  Position start = s.world.newcomer ? Position{} : restore(o, s, optimizer);
   if (!o.checkpoint_dir.empty() && s.is_root()) make_directories(o.checkpoint_dir);
   TrainedModel model(o, s);
-  DistributedSampler sampler(train_size, world.world_size, world.rank, sampler_options(o));
+  DistributedSampler sampler(train_size, s.world.world_size, s.world.rank, sampler_options(o));
   data::Loader loader(s.data.train, s.loader_options);
   if (s.group) timeline.watch(s.group->recorder());
   reporter.set_class_names(s.data.class_names);
@@ -373,14 +389,20 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   AsyncCheckpointWriter step_checkpoints(o.keep);
   Training t{o,        s,  model,    optimizer, sampler,           loader,          trace,
              timeline, {}, reporter, fault,     start.global_step, step_checkpoints};
+  if (s.world.newcomer) {
+    start = settle_newcomer(t);
+    t.global_step = start.global_step;
+  }
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     EpochReport report = train_epoch(t, epoch, start);
-    if (!o.no_eval) add_evaluation(t, report.result);
-    report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
+    run_phase(t, epoch, [&] {
+      if (!o.no_eval) add_evaluation(t, report.result);
+      report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
+    });
     reporter.end_epoch(report, t.global_step);
     results.push_back(report.result);
-    checkpoint_if_due(t, epoch);
+    run_phase(t, epoch, [&] { checkpoint_if_due(t, epoch); });
   }
   step_checkpoints.wait();  // a write error is the run's
   if (!o.export_path.empty() && s.is_root()) {
@@ -388,8 +410,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
   }
   reporter.summary(results);
-  timeline.write(s.group.get());
-  print_fingerprint(world.rank, *s.model);
+  run_phase(t, o.epochs, [&] { timeline.write(s.group.get()); });
+  print_fingerprint(s.world.rank, *s.model);
+  if (s.ft) s.ft->finish();
   return results;
 }
 

@@ -12,6 +12,7 @@
 #include "ddp/error.h"
 #include "ddp/sync_batchnorm.h"
 #include "flag_hint.h"
+#include "regroup.h"
 
 namespace ddp::train {
 
@@ -57,7 +58,7 @@ std::string backend_for(BackendKind backend, torch::Device device) {
   return device.is_cuda() && ProcessGroup::has_backend("nccl") ? "nccl" : "gloo";
 }
 
-std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSetup& s) {
+ProcessGroupOptions group_options(const TrainOptions& o, const TrainingSetup& s) {
   ProcessGroupOptions pg;
   pg.backend(s.backend);
   // NCCL exchanges tensors on this rank's GPU; Gloo takes CPU (and, in CUDA builds, GPU) ones.
@@ -68,8 +69,25 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSe
   pg.spin_before_sleep(std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000)));
   pg.debug_dir(o.debug_dir);
   pg.debug_collectives(o.debug_collectives);
+  return pg;
+}
+
+std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSetup& s) {
+  const ProcessGroupOptions pg = group_options(o, s);
   return with_flag_hint("--backend, --init-method, --device",
                         [&] { return ProcessGroup::init(pg, s.world); });
+}
+
+// --on-failure continue: the first generation (a newcomer waits to be admitted to the running
+// one); the set-up's rank and world size are its.
+void open_fault_tolerant_group(const TrainOptions& o, TrainingSetup& s) {
+  check_fault_tolerance_options(o);
+  const FaultToleranceOptions options = FaultToleranceOptions().group(group_options(o, s));
+  if (s.world.newcomer) std::printf("ddp-train: a newcomer, waiting to be admitted to the job\n");
+  s.ft = FaultTolerantGroup::from_environment(options, s.world);
+  s.group = s.ft->group();
+  s.world.rank = s.ft->membership().rank;
+  s.world.world_size = s.ft->membership().size();
 }
 
 // Rank 0 downloads while the others wait, then everyone opens the same files.
@@ -85,7 +103,7 @@ void open_data(const TrainOptions& o, TrainingSetup& s) {
       if (!o.download_md5.empty()) d.md5(o.download_md5);
       with_flag_hint("--data-dir, --download-url", [&] { data::download_cifar10(dir, d); });
     }
-    if (s.group) s.group->barrier();
+    if (s.group && !s.world.newcomer) s.group->barrier();
   }
   s.data = open_training_data(o, dir);
   if (s.is_root()) {
@@ -97,6 +115,11 @@ void open_data(const TrainOptions& o, TrainingSetup& s) {
 // Batch statistics over all ranks' batches, as one process on the whole batch would have.
 void synchronise_batch_norm(const TrainOptions& o, TrainingSetup& s) {
   const int synced = convert_sync_batchnorm(*s.model, s.group);
+  if (synced > 0 && s.ft) {
+    throw InvalidArgument(
+        concat("--on-failure continue cannot keep the SyncBatchNorm layers of --model ",
+               to_string(o.model), " (they hold one group of ranks): add --local-batchnorm"));
+  }
   if (synced > 0 && o.no_pad) {
     throw InvalidArgument(concat(
         "--no-pad cannot be used with --model ", to_string(o.model), " on ", s.world.world_size,
@@ -186,8 +209,13 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   s.world = world;
   s.device = training_device(o.device, world);
   s.precision = o.precision;
-  s.backend = backend_for(o.backend, s.device);
-  if (world.world_size > 1) s.group = open_group(o, s);
+  // Gloo under --on-failure continue, whose ranks must be able to leave a collective.
+  s.backend = world.fault_tolerant ? "gloo" : backend_for(o.backend, s.device);
+  if (world.fault_tolerant) {
+    open_fault_tolerant_group(o, s);
+  } else if (world.world_size > 1) {
+    s.group = open_group(o, s);
+  }
   if (s.is_root()) {
     const bool one_gpu = o.device.index >= 0;
     const std::string device = one_gpu              ? to_string(o.device)
@@ -196,8 +224,8 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
     std::printf(
         "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
         "(%s)\n",
-        world.world_size, world.source.c_str(), device.c_str(),
-        world.world_size > 1 ? s.backend.c_str() : "none", threads, thread_reason.c_str());
+        s.world.world_size, world.source.c_str(), device.c_str(),
+        s.group ? s.backend.c_str() : "none", threads, thread_reason.c_str());
     std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
   }
   open_data(o, s);
@@ -212,7 +240,8 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
                 s.loader_options.pin_memory() ? ", in pinned memory" : "");
   }
   // A rank that never got this far is named here rather than timing out in a collective later.
-  if (s.group) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
+  // (A newcomer is admitted when the others are well past theirs.)
+  if (s.group && !s.world.newcomer) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
   return s;
 }
 

@@ -12,6 +12,7 @@
 
 #include "ddp/data/dataset.h"
 #include "ddp/data/loader.h"
+#include "ddp/fault_tolerance.h"
 #include "ddp/models/classifier.h"
 #include "ddp/precision.h"
 #include "ddp/process_group.h"
@@ -27,6 +28,9 @@ struct TrainingSetup {
   Precision precision = Precision::kFp32;
   std::string backend;                  // the process group's ("none" on one rank)
   std::shared_ptr<ProcessGroup> group;  // null on one rank
+  /// --on-failure continue (the launcher's DDP_ON_FAILURE): the group's generations; `group`,
+  /// world.rank and world.world_size follow its current one (regroup.h). Null otherwise.
+  std::shared_ptr<FaultTolerantGroup> ft;
   TrainingData data;
   std::shared_ptr<models::ClassifierImpl> model;
   data::LoaderOptions loader_options;  // the training loader's

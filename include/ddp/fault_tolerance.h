@@ -101,20 +101,26 @@ class FaultTolerantGroup {
   const Membership& membership() const { return membership_; }
 
   /// The end of a step: `ok` says whether this member's step went well (its collectives
-  /// completed). Every member gets the same verdict.
-  StepVerdict vote(bool ok);
+  /// completed). Every member gets the same verdict. With `admit`, a newcomer waiting makes the
+  /// verdict ask for a reconfiguration.
+  StepVerdict vote(bool ok, bool admit = true);
 
-  /// The next generation: the members of this one still alive, in their order, then the
-  /// newcomers waiting. Aborts the old group, keeps it alive (see ProcessGroup::abort) and
-  /// builds the new one. A member the others found lost (frozen for a while, say) is admitted
-  /// again as a newcomer. Throws DistributedError when fewer than min_size are left.
-  const Membership& reconfigure();
+  /// The next generation: the members of this one still alive, in their order, then (with
+  /// `admit`) the newcomers waiting. Aborts the old group, keeps it alive (see
+  /// ProcessGroup::abort) and builds the new one. Throws DistributedError when fewer than
+  /// min_size are left, or when the others went on without this member (it was silent too long:
+  /// frozen, or cut off; a newcomer must take its place).
+  const Membership& reconfigure(bool admit = true);
+
+  /// Runs `adopt` (what the program does on a new group: a new DistributedDataParallel, the
+  /// state for the newcomers) until it completes on every member of one generation,
+  /// reconfiguring when it fails somewhere. After reconfigure(), and for a newcomer after join().
+  void settle(const std::function<void()>& adopt);
 
   /// Runs `phase` (collectives outside a step: an evaluation, an epoch's totals) until it
-  /// completes on one generation: after a PeerFailure, reconfigures and runs it again.
-  /// `on_change` runs after each reconfiguration, before the retry.
-  void run_to_completion(const std::function<void()>& phase,
-                         const std::function<void()>& on_change);
+  /// completes on every member of one generation: when it fails on any, all reconfigure (no
+  /// newcomer is admitted: they come in at a step), settle `adopt`, and run it again.
+  void run_to_completion(const std::function<void()>& phase, const std::function<void()>& adopt);
 
   /// This member is done: its silence from now on is not a loss.
   void finish();

@@ -28,6 +28,11 @@ struct LaunchOptions {
   /// Restarts of the whole local group after a failure (a failure of this node's workers; with
   /// rdzv_backend "c10d" a node lost or added is a membership change and uses up none).
   TORCH_ARG(int, max_restarts) = 0;
+  /// A worker fails: "restart" every worker (from the newest checkpoint, up to max_restarts),
+  /// or "continue": the others go on without it at once (they form a FaultTolerantGroup:
+  /// fault_tolerance.h), and a newcomer replaces it while max_restarts allows. Needs one node,
+  /// or rdzv_backend "c10d" (the launcher must host the store).
+  TORCH_ARG(std::string, on_failure) = "restart";
   /// How the nodes meet: "static" (nnodes fixed, each given its node_rank and rank 0's
   /// master_addr/master_port) or "c10d", torchrun's elastic rendezvous: between min_nodes and
   /// nnodes nodes meet in rounds at rdzv_endpoint, each round's world made of those present

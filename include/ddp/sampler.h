@@ -56,6 +56,7 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   /// Number of indices over all ranks (num_samples() * world size when padded or truncated;
   /// the data set's size without padding).
   int64_t total_size() const { return total_size_; }
+  const SamplerOptions& options() const { return options_; }
 
   // LibTorch's sampler interface (torch::data::make_data_loader).
   /// Starts a pass: the next epoch (or the one set_epoch() chose); `new_size` re-sizes the data

@@ -1,0 +1,179 @@
+#include "regroup.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "ddp/environment.h"
+#include "ddp/error.h"
+#include "ddp/fault_tolerance.h"
+
+namespace ddp::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string words(const std::vector<std::string>& ids) {
+  std::string text;
+  for (const auto& id : ids) text += (text.empty() ? "" : " ") + id;
+  return text.empty() ? "none" : text;
+}
+
+// The fault-tolerant group's generation as the set-up's group, rank and world size.
+void adopt_generation(TrainingSetup& s) {
+  const Membership& m = s.ft->membership();
+  s.group = s.ft->group();
+  s.world.rank = m.rank;
+  s.world.world_size = m.size();
+}
+
+// A file of this process's own for the state in transit (the checkpoint code reads and writes
+// files).
+std::string state_file() {
+  const char* dir = std::getenv(env::kTmpDir);
+  return concat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/ddp-state-", ::getpid(), ".pt");
+}
+
+// The run as a checkpoint's bytes (rank 0).
+std::string state_bytes(Training& t, const CheckpointState& state) {
+  const std::string path = state_file();
+  t.optimizer.save(path, *t.setup.model, state, /*is_root=*/true);
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  std::remove(path.c_str());
+  return bytes.str();
+}
+
+CheckpointState load_state_bytes(Training& t, const std::string& bytes) {
+  const std::string path = state_file();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    if (!out.flush()) throw IoError(concat("cannot write the state from rank 0 to ", path));
+  }
+  const CheckpointState state = t.optimizer.load(path, *t.setup.model);
+  std::remove(path.c_str());
+  if (state.rng_state.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(state.rng_state);
+  }
+  return state;
+}
+
+// Rank 0's state to every rank that lacks it (the newcomers); returns it on those.
+std::optional<CheckpointState> share_state(Training& t, int epoch) {
+  ProcessGroup& group = *t.setup.group;
+  const bool root = group.rank() == 0;
+  torch::Tensor lacking = torch::tensor({t.has_state ? 0 : 1, root && !t.has_state ? 1 : 0});
+  group.allreduce_max(lacking).wait();
+  if (lacking[0].item<int>() == 0) return std::nullopt;
+  if (lacking[1].item<int>() != 0) {
+    throw DistributedError(
+        "no rank holds the training state any more (every rank of the previous generation was "
+        "lost); start the job again from its newest checkpoint (--resume auto)");
+  }
+  std::string bytes;
+  if (root) bytes = state_bytes(t, position_of(t, epoch, 0));
+  broadcast_bytes(group, bytes);
+  if (t.has_state) return std::nullopt;
+  CheckpointState state = load_state_bytes(t, bytes);
+  t.has_state = true;
+  return state;
+}
+
+// What every rank does on a new generation; may fail (PeerFailure) when another rank is lost
+// meanwhile, and then runs again on the next one.
+void adopt(Training& t, int epoch, std::optional<CheckpointState>& received) {
+  adopt_generation(t.setup);
+  if (auto state = share_state(t, epoch)) received = std::move(state);
+  t.model.regroup(t.options, t.setup);
+}
+
+// The rest of epoch `epoch` (what t.taken_in_epoch leaves) over this generation's ranks.
+void reshard(Training& t, int epoch) {
+  const auto& world = t.setup.world;
+  t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
+                                 t.sampler.options());
+  t.sampler.set_epoch_remainder(epoch - 1, t.taken_in_epoch);
+  t.loader.start_epoch(t.sampler.indices(), epoch - 1, 0);
+}
+
+// One line (rank 0), one metrics record and one span of the trace per change.
+void report_change(Training& t, int old_world, Clock::time_point start, int64_t discarded) {
+  const Membership& m = t.setup.ft->membership();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (t.setup.is_root()) {
+    std::printf(
+        "membership change at step %lld: world size %d -> %d (generation %lld; lost: %s; "
+        "joined: %s) because %s; %lld step(s) discarded, going on after %.2f s\n",
+        (long long)t.global_step, old_world, m.size(), (long long)m.generation,
+        words(m.lost).c_str(), words(m.joined).c_str(), m.cause.c_str(), (long long)discarded,
+        seconds);
+    std::fflush(stdout);
+  }
+  t.reporter.membership_change(JsonRecord()
+                                   .add("event", "membership_change")
+                                   .add("time", double(std::time(nullptr)))
+                                   .add("global_step", t.global_step)
+                                   .add("generation", m.generation)
+                                   .add("old_world", old_world)
+                                   .add("new_world", m.size())
+                                   .add("lost", words(m.lost))
+                                   .add("joined", words(m.joined))
+                                   .add("cause", m.cause)
+                                   .add("steps_discarded", discarded)
+                                   .add("seconds", seconds));
+  t.timeline.span(concat("membership change: world size ", old_world, " -> ", m.size()), start,
+                  Clock::now());
+}
+
+// Reconfigures the fault-tolerant group and settles the next generation.
+void next_generation(Training& t, int epoch, bool admit, int64_t discarded) {
+  const auto start = Clock::now();
+  const int old_world = t.setup.world.world_size;
+  t.setup.ft->reconfigure(admit);
+  std::optional<CheckpointState> unused;
+  t.setup.ft->settle([&] { adopt(t, epoch, unused); });
+  report_change(t, old_world, start, discarded);
+}
+
+}  // namespace
+
+void regroup(Training& t, int epoch, int64_t steps_here, bool discarded) {
+  // The steps taken in this world are the first ones of what is left of the epoch's order.
+  t.taken_in_epoch += steps_here * t.options.batch_size * t.setup.world.world_size;
+  t.earlier_steps += steps_here;
+  next_generation(t, epoch, /*admit=*/true, discarded ? 1 : 0);
+  reshard(t, epoch);
+}
+
+Position settle_newcomer(Training& t) {
+  t.has_state = false;
+  std::optional<CheckpointState> received;
+  t.setup.ft->settle([&] { adopt(t, 0, received); });
+  if (!received) throw DistributedError("a newcomer settled without the training state");
+  const Position at = position_from(*received, t.setup.world.world_size, t.options.batch_size);
+  std::printf(
+      "rank %d: joined the running job at generation %lld (world size %d) after step %lld\n",
+      t.setup.world.rank, (long long)t.setup.ft->membership().generation, t.setup.world.world_size,
+      (long long)at.global_step);
+  return at;
+}
+
+void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
+  if (!t.setup.ft) return phase();
+  const int64_t generation = t.setup.ft->membership().generation;
+  const int old_world = t.setup.world.world_size;
+  const auto start = Clock::now();
+  std::optional<CheckpointState> unused;
+  t.setup.ft->run_to_completion(phase, [&] { adopt(t, epoch, unused); });
+  // Said once the phase is done (its time included): no rank prints mid-phase.
+  if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
+}
+}  // namespace ddp::train
