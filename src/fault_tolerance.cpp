@@ -13,6 +13,7 @@
 
 #include "ddp/error.h"
 #include "member_watch.h"
+#include "process_group_backends.h"
 #include "rendezvous_wait.h"
 #include "store_text.h"
 #include "tcp_store.h"
@@ -186,7 +187,8 @@ class FaultTolerantGroup::Impl {
   FaultToleranceOptions options;
   std::string id;
   std::unique_ptr<MemberWatch> watch;
-  int64_t steps_voted = 0;  // in this generation
+  int64_t steps_voted = 0;   // in this generation
+  std::string last_verdict;  // of the last vote: why a reconfiguration follows
 };
 
 FaultTolerantGroup::FaultTolerantGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -273,6 +275,7 @@ StepVerdict FaultTolerantGroup::vote(bool ok, bool admit) {
     if (group_->aborted() || Clock::now() > until) verdict = first_value(*s.store, key, "discard");
     std::this_thread::sleep_for(kPoll);
   }
+  s.last_verdict = verdict;
   if (verdict == "commit") return {true, false};
   if (verdict == "grow") return {true, true};
   return {false, true};
@@ -385,8 +388,11 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::from_environment(
   if (!world.store_prefix.empty()) {
     store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, store);
   }
-  if (world.newcomer) return join(store, options);
-  return start(store, world.rank, world.world_size, options);
+  // The collectives' sockets on the interface that reaches the master, as ProcessGroup::init's.
+  FaultToleranceOptions o = options;
+  o.group(backends::with_bind_address(options.group(), world.master_addr, world.master_port));
+  if (world.newcomer) return join(store, o);
+  return start(store, world.rank, world.world_size, o);
 }
 
 void FaultTolerantGroup::finish() { impl_->watch->stop(true); }

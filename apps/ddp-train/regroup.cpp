@@ -104,14 +104,15 @@ void reshard(Training& t, int epoch) {
   t.loader.start_epoch(t.sampler.indices(), epoch - 1, 0);
 }
 
-// One line (rank 0), one metrics record and one span of the trace per change.
+// One line (rank 0), one metrics record and one span of the trace per change; `start`: when the
+// step that ended the generation began (the change's cost runs from there).
 void report_change(Training& t, int old_world, Clock::time_point start, int64_t discarded) {
   const Membership& m = t.setup.ft->membership();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (t.setup.is_root()) {
     std::printf(
         "membership change at step %lld: world size %d -> %d (generation %lld; lost: %s; "
-        "joined: %s) because %s; %lld step(s) discarded, going on after %.2f s\n",
+        "joined: %s) because %s; %lld step(s) discarded, %.2f s from the step's start\n",
         (long long)t.global_step, old_world, m.size(), (long long)m.generation,
         words(m.lost).c_str(), words(m.joined).c_str(), m.cause.c_str(), (long long)discarded,
         seconds);
@@ -134,8 +135,8 @@ void report_change(Training& t, int old_world, Clock::time_point start, int64_t 
 }
 
 // Reconfigures the fault-tolerant group and settles the next generation.
-void next_generation(Training& t, int epoch, bool admit, int64_t discarded) {
-  const auto start = Clock::now();
+void next_generation(Training& t, int epoch, bool admit, int64_t discarded,
+                     Clock::time_point start) {
   const int old_world = t.setup.world.world_size;
   t.setup.ft->reconfigure(admit);
   std::optional<CheckpointState> unused;
@@ -145,11 +146,12 @@ void next_generation(Training& t, int epoch, bool admit, int64_t discarded) {
 
 }  // namespace
 
-void regroup(Training& t, int epoch, int64_t steps_here, bool discarded) {
+void regroup(Training& t, int epoch, int64_t steps_here, bool discarded,
+             Clock::time_point step_start) {
   // The steps taken in this world are the first ones of what is left of the epoch's order.
   t.taken_in_epoch += steps_here * t.options.batch_size * t.setup.world.world_size;
   t.earlier_steps += steps_here;
-  next_generation(t, epoch, /*admit=*/true, discarded ? 1 : 0);
+  next_generation(t, epoch, /*admit=*/true, discarded ? 1 : 0, step_start);
   reshard(t, epoch);
 }
 

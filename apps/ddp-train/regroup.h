@@ -5,6 +5,7 @@
 // record and a span of the trace.
 #pragma once
 
+#include <chrono>
 #include <functional>
 
 #include "training.h"
@@ -12,10 +13,11 @@
 namespace ddp::train {
 
 /// After a verdict that asks for it, at a step boundary of epoch `epoch`, `steps_here` steps
-/// into this world's share of it (`discarded`: the step just voted on was thrown away): the
-/// next generation, the model wrapped again over its group, the newcomers given the state, and
-/// the rest of the epoch re-sharded.
-void regroup(Training& t, int epoch, int64_t steps_here, bool discarded);
+/// into this world's share of it (`discarded`: the step begun at `step_start` and just voted on
+/// was thrown away): the next generation, the model wrapped again over its group, the
+/// newcomers given the state, and the rest of the epoch re-sharded.
+void regroup(Training& t, int epoch, int64_t steps_here, bool discarded,
+             std::chrono::steady_clock::time_point step_start);
 
 /// A newcomer's first generation: takes the state from rank 0 and wraps the model; returns
 /// where the run stands.

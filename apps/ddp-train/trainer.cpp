@@ -141,6 +141,7 @@ void observe_step(Training& t, const StepTrace::Step& s) {
 
 // What became of one step.
 struct StepOutcome {
+  Clock::time_point start;   // of the step
   bool end_of_data = false;  // no batch was left: nothing happened
   bool committed = true;     // the step counts (--on-failure continue: every rank's went well)
   bool regroup = false;      // --on-failure continue: the ranks change before the next step
@@ -182,10 +183,10 @@ StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step
   const auto t0 = Clock::now();
   if (t.setup.group) t.setup.group->recorder().set_step(t.global_step + 1);
   std::optional<data::Batch> batch = t.loader.next();
-  if (!batch) return {true};
+  if (!batch) return {t0, true};
   batch->to(device);
   const auto t1 = now_after(device, exact);
-  StepOutcome outcome;
+  StepOutcome outcome{t0};
   double exposed = 0;
   Clock::time_point t2;
   const torch::Tensor loss = forward_backward(t, *batch, exact, t2, exposed, outcome);
@@ -267,7 +268,7 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
     if (outcome.end_of_data) break;
     if (outcome.committed) checkpoint_step_if_due(t, epoch, ++step, steps);
     if (outcome.regroup) {  // --on-failure continue: the rest of the epoch on other ranks
-      regroup(t, epoch, step, !outcome.committed);
+      regroup(t, epoch, step, !outcome.committed, outcome.start);
       step = 0;
       steps = steps_of(o, t.loader.num_batches());
       t.reporter.start_epoch(epoch, t.earlier_steps + steps);

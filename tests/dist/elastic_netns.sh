@@ -6,11 +6,15 @@
 #   stop     node 2 is frozen (SIGSTOP): the heartbeat must evict it
 #   add      a fourth node starts
 #   restart  node 2 is killed, then started again once the others go on without it
+# and ft-kill, ft-link, ft-stop, ft-add: the same with --on-failure continue (no restart: the
+# survivors go on at the next step; the added node's workers take the state from a peer).
 # Each time the job goes on and ends with every rank of the last round holding the same weights,
 # the change logged, and no process left behind.
 # usage: elastic_netns.sh SCENARIO DDPRUN DDP_TRAIN   (exit 77 = skipped: needs root and iproute2)
 set -uo pipefail
 scenario=$1 ddprun=$2 train=$3
+on_failure=restart
+if [[ $scenario == ft-* ]]; then on_failure=continue scenario=${scenario#ft-}; fi
 source "$(dirname "$0")/../../scripts/lib/netns_nodes.sh"
 netns_nodes_available || { echo "SKIP: needs root and iproute2 for network namespaces"; exit 77; }
 tmp=$(mktemp -d)
@@ -31,6 +35,7 @@ start_node() { # start_node I: node I's agent in its namespace, output appended 
   ip netns exec "${node_ns[i]}" env DDP_FAULT=slow@1:0:150 timeout 300 "$ddprun" --nnodes 2:4 \
     --rdzv-backend c10d --rdzv-endpoint "${node_addr[0]}:29600" --rdzv-id elastic-test \
     --rdzv-conf last_call_timeout=3,keep_alive_interval=1 --nproc-per-node 2 --log-dir "$tmp" \
+    --on-failure $on_failure \
     -- "${job[@]}" >>"$tmp/node$i.log" 2>&1 &
   pid[i]=$!
 }
@@ -85,4 +90,5 @@ unique=$(echo "$prints" | awk '{print $6}' | sort -u | wc -l)
 [[ $unique -eq 1 ]] || fail "the ranks ended with different weights"
 grep -h "round [0-9]*:\|membership change" "$tmp/node0.log"
 grep -c . "$tmp/membership.jsonl" >/dev/null || fail "no membership.jsonl records"
-echo "PASS: $scenario: the job went on at world size $world, identical weights, nothing left over"
+echo "PASS: $scenario (--on-failure $on_failure): the job went on at world size $world, identical" \
+  "weights, nothing left over"

@@ -1,0 +1,87 @@
+// ddp-train --on-failure continue, as real processes on one node: the survivors of a rank that
+// dies go on at the next step with identical weights and the rest of the epoch shared out over
+// them; a newcomer started in its place takes the state from rank 0; flags that tie their state
+// to one group are refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/process.h"
+#include "support/trainer_fixture.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(TrainerTest, OnFailureContinueGoesOnWithoutALostRank) {
+  test::TempDir out;
+  // Rank 2 exits at step 5; 2000 images over 3 ranks of 64 are 11 steps an epoch.
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "2",
+                            "--no-eval", "--nproc-per-node", "3", "--on-failure", "continue",
+                            "--log-every", "1", "--metrics", out / "m.jsonl"},
+                           {{"DDP_FAULT", "exit@5:2"}}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 2 (local rank 2, pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with code 3; the job goes on without it"), std::string::npos);
+  EXPECT_NE(r.output.find("membership change at step 4: world size 3 -> 2 (generation 2; lost: r2; "
+                          "joined: none) because lost r2 silent for 3 s; 1 step(s) discarded"),
+            std::string::npos)
+      << r.output;
+  // Step 5 is discarded and trained again: 4 steps at 3 ranks took 768 images, the other 1232
+  // are 10 steps at 2 ranks. Epoch 2 is 16 steps at 2 ranks.
+  EXPECT_NE(r.output.find("epoch 1 step 14/14 loss"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("epoch 1 step 15/"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 2 step 16/16 loss"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "final weights fingerprint"), 2) << r.output;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
+  const std::string metrics = test::read_file(out / "m.jsonl");
+  EXPECT_NE(metrics.find("\"event\": \"membership_change\", "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"old_world\": 3, \"new_world\": 2, \"lost\": \"r2\""), std::string::npos)
+      << metrics;
+}
+
+TEST_F(TrainerTest, OnFailureContinueStartsANewcomerThatTakesTheStateFromAPeer) {
+  const auto r =
+      test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "2", "--no-eval",
+                 "--nproc-per-node", "3", "--on-failure", "continue", "--max-restarts", "1"},
+                {{"DDP_FAULT", "exit@5:2"}}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("a newcomer replaces it (restart 1 of 1)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("world size 3 -> 3 (generation 2; lost: r2; joined: j1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 2: joined the running job at generation 2 (world size 3) after "
+                          "step 4"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(count(r.output, "final weights fingerprint"), 3) << r.output;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
+}
+
+TEST_F(TrainerTest, OnFailureContinueRefusesStateTiedToOneGroup) {
+  const auto zero = test::run({test::train_bin(), "--data-dir", data_->path(), "--nproc-per-node",
+                               "2", "--on-failure", "continue", "--zero"},
+                              {}, 60s);
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.output.find("--on-failure continue cannot be combined with --zero: its state is "
+                             "tied to one group of ranks"),
+            std::string::npos)
+      << zero.output;
+  const auto alone = test::run(
+      {test::train_bin(), "--data-dir", data_->path(), "--on-failure", "continue"}, {}, 60s);
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.output.find("--max-restarts and --on-failure are the launcher's"),
+            std::string::npos)
+      << alone.output;
+}
+
+}  // namespace
+}  // namespace ddp
