@@ -29,10 +29,13 @@ start_node() { # start_node MODE I
   local mode=$1 i=$2 endpoint="${node_addr[0]}:29650"
   local common=(--nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint "$endpoint" --rdzv-id faults
     --nproc-per-node 2)
-  if [[ $mode == ddp.cpp ]]; then
-    ip netns exec "${node_ns[i]}" env DDP_FAULT="slow@1:0:$slow" build/ddprun "${common[@]}" -- \
+  if [[ $mode == ddp.cpp* ]]; then
+    local on_failure=restart
+    [[ $mode == ddp.cpp-ft ]] && on_failure=continue
+    ip netns exec "${node_ns[i]}" env DDP_FAULT="slow@1:0:$slow" build/ddprun "${common[@]}" \
+      --on-failure $on_failure -- \
       build/ddp-train --data-dir "$tmp/data" --epochs 3 --batch-size 16 --no-eval --log-every 1 \
-      --checkpoint-dir "$tmp/ck-$mode" --checkpoint-every-steps 10 2>&1 | stamp >"$tmp/$mode.$i.log" &
+      --checkpoint-dir "$tmp/ck-$mode" --checkpoint-every-steps 10 2>&1 | stamp >>"$tmp/$mode.$i.log" &
   else
     # torchrun and PyTorch's Gloo go by the machine's host name, which the namespaces share:
     # node 0 is told that it hosts the store, and each node its own address and interface.
@@ -53,18 +56,25 @@ run() { # run MODE: the job, node 2 killed at epoch 2 step 20; the kill's time i
   done
   date +%s.%N >"$tmp/$mode.kill"
   netns_node_pids 2 | xargs -r kill -KILL
+  if [[ $mode == ddp.cpp-ft ]]; then # node 2 again, once its place in the round is free
+    for _ in $(seq 600); do grep -q "its place is free" "$tmp/$mode".[01].log && break; sleep 0.1; done
+    date +%s.%N >"$tmp/$mode.rejoin"
+    start_node "$mode" 2
+  fi
   wait || true
   for i in 0 1 2; do netns_node_pids $i | xargs -r kill -KILL; done
 }
 
+run ddp.cpp-ft
 run ddp.cpp
 run torchrun
 "$python" - "$tmp" <<'EOF'
 import re, sys
 tmp = sys.argv[1]
 step = re.compile(r"^(\d+\.\d+) .*epoch (\d+) step (\d+)/(\d+)")
-print(f"{'':10} {'kill to next step (s)':>22} {'progress lost (s)':>18} {'pace (s/step)':>14}")
-for mode in ["ddp.cpp", "torchrun"]:
+print(f"{'':11} {'kill to next step (s)':>22} {'progress lost (s)':>18} {'pace (s/step)':>14}"
+      f" {'newcomer trains after (s)':>26}")
+for mode in ["ddp.cpp-ft", "ddp.cpp", "torchrun"]:
     kill = float(open(f"{tmp}/{mode}.kill").read())
     lines = []
     for node in (0, 1):
@@ -78,12 +88,19 @@ for mode in ["ddp.cpp", "torchrun"]:
     if len(before) < 11 or not after:
         text = "".join(open(f"{tmp}/{mode}.{n}.log", errors="replace").read() for n in (0, 1))
         ends = re.findall(r"(RendezvousClosedError|lost the rendezvous store|the job failed)", text)
-        print(f"{mode:10} {'never':>22} {'the job':>18}   ({ends[-1] if ends else 'no step after the kill'})")
+        print(f"{mode:11} {'never':>22} {'the job':>18}   ({ends[-1] if ends else 'no step after the kill'})")
         continue
     pace = (before[-1][0] - before[-11][0]) / 10
-    position = lambda l: (l[1] - 1) + l[2] / l[3]  # in epochs
     _, e, s, n = after[0]
-    lost_epochs = position(before[-1]) - ((e - 1) + (s - 1) / n)
-    lost = max(0.0, lost_epochs) * before[-1][3] * pace
-    print(f"{mode:10} {after[0][0] - kill:22.1f} {lost:18.1f} {pace:14.3f}")
+    # Steps trained again: from the one the run went on at to the last before the kill.
+    lost_steps = (before[-1][1] - e) * before[-1][3] + before[-1][2] - (s - 1)
+    lost = max(0, lost_steps) * pace
+    joined = "-"
+    if mode == "ddp.cpp-ft":
+        rejoin = float(open(f"{tmp}/{mode}.rejoin").read())
+        change = [float(l.split()[0]) for l in open(f"{tmp}/{mode}.0.log", errors="replace")
+                  if "joined: j" in l and float(l.split()[0]) > rejoin]
+        first = [l[0] for l in lines if change and l[0] > change[0]]
+        joined = f"{first[0] - rejoin:.1f}" if first else "never"
+    print(f"{mode:11} {after[0][0] - kill:22.1f} {lost:18.1f} {pace:14.3f} {joined:>26}")
 EOF

@@ -120,6 +120,13 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
       return true;
     }
     news = rdzv.check(round);
+    if (continuing && news.kind == RoundStatus::kNodeLost) {
+      for (const std::string& node : rdzv.drop_lost(round)) {
+        std::fprintf(stderr,
+                     "%s: [%s] node %s stopped answering; its place is free for a newcomer\n",
+                     o.name().c_str(), clock_text().c_str(), node.c_str());
+      }
+    }
     if (continuing) return news.kind == RoundStatus::kClosed;
     return news.kind != RoundStatus::kRunning;
   });

@@ -452,6 +452,23 @@ RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bo
   });
 }
 
+std::vector<std::string> ElasticRendezvous::drop_lost(const Round& round) {
+  return impl_->guarded([&] {
+    Impl& m = *impl_;
+    std::vector<std::string> dropped;
+    m.update([&](State& st) {
+      dropped.clear();
+      if (!st.closed.empty() || st.round != round.number || !st.complete) return false;
+      for (const std::string& n : st.participants) {
+        if (n != m.node && m.liveness.dead(*m.store, "hb/" + n)) dropped.push_back(n);
+      }
+      for (const std::string& n : dropped) remove(st.participants, n);
+      return !dropped.empty();
+    });
+    return dropped;
+  });
+}
+
 RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeeded,
                                                 const std::function<bool()>& stopped) {
   return impl_->guarded([&]() -> RoundStatus {

@@ -90,6 +90,9 @@ class ElasticRendezvous {
   /// finished. Then waits until the job is closed (kClosed, with how) or a new round begins
   /// (kNewRound: join it); kRunning when `stopped()` turned true first.
   RoundStatus finish(const Round& round, const std::function<bool()>& stopped);
+  /// --on-failure continue: takes the nodes of running `round` that stopped beating out of it,
+  /// so that newcomers can take their places; returns them.
+  std::vector<std::string> drop_lost(const Round& round);
   /// --on-failure continue: this node is done with `round` (its workers succeeded, or all
   /// failed). The job closes as finished once every node of the round is done or has stopped
   /// beating, and at least one succeeded. Returns how it closed (kClosed), or kRunning when
