@@ -242,6 +242,12 @@ void FaultTolerantGroup::connect() {
   m.rank = index_of(m.members, impl_->id);
   ProcessGroupOptions options = impl_->options.group();
   options.abortable(true);
+  // Each dump of this generation's flight records says what changed (docs/debugging.md).
+  options.description(m.generation == 1
+                          ? "fault-tolerant generation 1"
+                          : concat("fault-tolerant generation ", m.generation, " (world size ",
+                                   m.size(), "; lost: ", join_words(m.lost),
+                                   "; joined: ", join_words(m.joined), "; because ", m.cause, ")"));
   if (m.generation > 1) {
     // Everyone is there already: a member lost meanwhile should not cost the start-up's wait.
     options.rendezvous_timeout(std::min(options.rendezvous_timeout(),
@@ -288,7 +294,9 @@ const Membership& FaultTolerantGroup::reconfigure(bool admit) {
     const std::string lost = s.watch->lost_text();
     const std::string cause = first_value(
         *s.store, concat("begun/", g),
-        !lost.empty() ? concat("lost ", lost) : concat(s.id, "'s step failed or a newcomer waits"));
+        !lost.empty()              ? concat("lost ", lost)
+        : s.last_verdict == "grow" ? std::string("a newcomer asked to join")
+                                   : concat("a collective failed on ", s.id, " or another member"));
     if (group_) {
       if (!group_->aborted()) group_->abort(concat("generation ", g, " begun: ", cause));
       retire(std::move(group_));

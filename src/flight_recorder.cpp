@@ -133,6 +133,7 @@ std::string to_json(const RankRecord& r) {
                   {"world_size", r.identity.world_size},
                   {"backend", r.identity.backend},
                   {"job", r.identity.job},
+                  {"group", r.identity.description},
                   {"host", r.host},
                   {"pid", r.pid},
                   {"reason", r.reason},
@@ -153,6 +154,7 @@ RankRecord rank_record_from_json(const std::string& text, const std::string& whe
     r.identity.world_size = j.at("world_size").get<int>();
     r.identity.backend = j.at("backend").get<std::string>();
     r.identity.job = j.at("job").get<std::string>();
+    r.identity.description = j.value("group", std::string("default_pg"));
     r.host = j.at("host").get<std::string>();
     r.pid = j.at("pid").get<int64_t>();
     r.reason = j.at("reason").get<std::string>();

@@ -96,7 +96,7 @@ std::vector<char> to_pytorch_dump(const RankRecord& record) {
   for (int r = 0; r < record.identity.world_size; ++r) ranks += (r ? ", " : "") + std::to_string(r);
   Dict group(c10::StringType::get(), c10::AnyType::get());
   group.insert("name", std::string("0"));
-  group.insert("desc", std::string("default_pg"));
+  group.insert("desc", record.identity.description);
   group.insert("ranks", ranks + "]");
   Dict pg_config(c10::StringType::get(), c10::AnyType::get());
   pg_config.insert("0", group);

@@ -307,7 +307,8 @@ void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
   }
   const std::vector<uint8_t> id = store_->get(key);
   recorder_ = std::make_shared<FlightRecorder>(
-      RecorderIdentity{rank_, size_, backend_, std::string(id.begin(), id.end())},
+      RecorderIdentity{rank_, size_, backend_, std::string(id.begin(), id.end()),
+                       options.description()},
       size_t(options.flight_records()));
   // With a debug directory, SIGTERM (a launcher stopping a hung job) writes the record too.
   recorder_->dump_to(options.debug_dir(), /*on_sigterm=*/true);

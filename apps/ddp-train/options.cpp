@@ -459,23 +459,6 @@ std::string config_text(const TrainOptions& o, bool only_changed) {
   return source + table().toml(o, only_changed);
 }
 
-void check_fault_tolerance_options(const TrainOptions& o) {
-  const std::string backend = concat("--backend ", to_string(o.backend));
-  const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
-  // Gloo only: c10d's Gloo lets a rank walk away from a collective, NCCL's kernels do not.
-  const char* flag = o.zero                ? "--zero"
-                     : o.no_pad            ? "--no-pad"
-                     : o.no_sync_baseline  ? "--no-sync-baseline"
-                     : o.lockstep_baseline ? "--lockstep-baseline"
-                     : !gloo               ? backend.c_str()
-                                           : nullptr;
-  if (flag != nullptr) {
-    throw InvalidArgument(concat("--on-failure continue cannot be combined with ", flag,
-                                 ": its state is tied to one group of ranks (use --on-failure "
-                                 "restart, which resumes from a checkpoint)"));
-  }
-}
-
 std::vector<std::string> launcher_flag_names() {
   std::vector<std::string> names = {"--nproc-per-node", "--cpu-bind"};
   for (const auto& f : cli::elastic_flags<O>([](auto& o) -> auto& { return o.launcher; }))

@@ -178,4 +178,21 @@ void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
   // Said once the phase is done (its time included): no rank prints mid-phase.
   if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
 }
+void check_fault_tolerance_options(const TrainOptions& o) {
+  const std::string backend = concat("--backend ", to_string(o.backend));
+  const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
+  // Gloo only: c10d's Gloo lets a rank walk away from a collective, NCCL's kernels do not.
+  const char* flag = o.zero                ? "--zero"
+                     : o.no_pad            ? "--no-pad"
+                     : o.no_sync_baseline  ? "--no-sync-baseline"
+                     : o.lockstep_baseline ? "--lockstep-baseline"
+                     : !gloo               ? backend.c_str()
+                                           : nullptr;
+  if (flag != nullptr) {
+    throw InvalidArgument(concat("--on-failure continue cannot be combined with ", flag,
+                                 ": its state is tied to one group of ranks (use --on-failure "
+                                 "restart, which resumes from a checkpoint)"));
+  }
+}
+
 }  // namespace ddp::train

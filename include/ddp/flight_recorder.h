@@ -46,6 +46,8 @@ struct RecorderIdentity {
   int world_size = 1;
   std::string backend;
   std::string job;  // the same on every rank of one group, new for each group (hang_analysis.h)
+  /// What the group is (ProcessGroupOptions::description): PyTorch's pg_config "desc".
+  std::string description = "default_pg";
 };
 
 /// A rank's record as written to (and read back from) the debug directory.

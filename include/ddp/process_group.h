@@ -61,6 +61,9 @@ struct ProcessGroupOptions {
   TORCH_ARG(bool, debug_collectives) = false;
   /// How many of the last collectives the flight recorder keeps (0: none).
   TORCH_ARG(int, flight_records) = 2000;
+  /// What the group is, in its flight records (PyTorch's pg_config "desc"): FaultTolerantGroup
+  /// says which generation, and what changed.
+  TORCH_ARG(std::string, description) = "default_pg";
   /// Work::wait() polls the collective, so that ProcessGroup::abort() can end a wait on a peer
   /// that stopped answering (c10d's Gloo cannot cancel a collective). FaultTolerantGroup sets it.
   TORCH_ARG(bool, abortable) = false;

@@ -189,7 +189,7 @@ TEST_F(TrainerTest, ConfigurationHasEveryFlagAndReadsBackAsItself) {
     std::replace(key.begin(), key.end(), '-', '_');
     if (key != "config" && key != "help") keys.push_back(key);
   }
-  EXPECT_EQ(keys.size(), 68u) << help.output;
+  EXPECT_EQ(keys.size(), 69u) << help.output;
   std::vector<std::string> all = {
       "--data-dir",       data_->path(), "--metrics",     dir / "m \"quoted\".jsonl",
       "--step-trace",     dir / "st",    "--tensorboard", dir / "tb",
