@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -125,11 +126,13 @@ class FaultTolerantGroup::Impl {
     }
   }
 
-  // A newcomer's wait for a generation that takes it in: from `from` on.
-  Membership await_admission(int64_t from) {
+  // A newcomer's wait for a generation that takes it in, from `from` on; nullopt when the job
+  // finished first.
+  std::optional<Membership> await_admission(int64_t from) {
     const auto until = Clock::now() + options.join_timeout();
     for (int64_t g = from;;) {
       const std::string text = text_at(*store, concat("members/", g));
+      if (text.empty() && store->check({"closed"})) return std::nullopt;
       if (text.empty()) {
         if (Clock::now() > until) {
           throw TimeoutError(concat(id, ": not admitted to the running job within ",
@@ -183,12 +186,25 @@ class FaultTolerantGroup::Impl {
     return to_text(next);
   }
 
+  // Deletes step `n`'s vote of generation `g` (its keys would pile up in the store, a pair a
+  // step); a store that cannot delete (FileStore) keeps them.
+  void forget_vote(int64_t g, int64_t n) {
+    if (n < 0 || !can_delete) return;
+    try {
+      store->deleteKey(concat("vote/", g, "/", n, "/ok"));
+      store->deleteKey(concat("vote/", g, "/", n, "/verdict"));
+    } catch (const std::exception&) {
+      can_delete = false;
+    }
+  }
+
   c10::intrusive_ptr<c10d::Store> store;  // the job's, under "ft/"
   FaultToleranceOptions options;
   std::string id;
   std::unique_ptr<MemberWatch> watch;
   int64_t steps_voted = 0;   // in this generation
   std::string last_verdict;  // of the last vote: why a reconfiguration follows
+  bool can_delete = true;    // the store deletes keys
 };
 
 FaultTolerantGroup::FaultTolerantGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -225,13 +241,23 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::join(c10::intrusive_ptr<
                                                              const FaultToleranceOptions& options) {
   auto impl = std::make_unique<Impl>(std::move(store), options);
   const int64_t from = impl->announce();
-  const Membership m = impl->await_admission(from);
+  const std::optional<Membership> m = impl->await_admission(from);
+  if (!m) {
+    impl->watch->stop(true);
+    return nullptr;
+  }
   std::unique_ptr<FaultTolerantGroup> group(new FaultTolerantGroup(std::move(impl)));
-  group->membership_ = m;
-  if (!text_at(*group->impl_->store, concat("begun/", m.generation + 1)).empty()) {
+  group->membership_ = *m;
+  if (!text_at(*group->impl_->store, concat("begun/", m->generation + 1)).empty()) {
     group->reconfigure();  // admitted to a generation the others have already left
-  } else {
+    return group;
+  }
+  try {
     group->connect();
+  } catch (const Error& e) {  // a member lost while the group connected: the next generation
+    std::fprintf(stderr, "%s: generation %lld did not connect (%s); forming the next\n",
+                 group->impl_->id.c_str(), (long long)m->generation, first_line(e.what()).c_str());
+    group->reconfigure();
   }
   return group;
 }
@@ -267,8 +293,11 @@ StepVerdict FaultTolerantGroup::vote(bool ok, bool admit) {
   std::string verdict;
   if (ok && !group_->aborted()) {
     if (s.store->add(base + "ok", 1) == membership_.size()) {
-      const bool waiting = admit && s.store->add("joiners", 0) > membership_.admitted;
+      // (A newcomer counts once it has named itself: see proposal().)
+      const bool waiting = admit && s.store->add("joiners", 0) > membership_.admitted &&
+                           s.store->check({concat("waiting/", membership_.admitted + 1)});
       verdict = first_value(*s.store, key, waiting ? "grow" : "commit");
+      s.forget_vote(membership_.generation, s.steps_voted - 3);  // everyone has read it
     }
   } else {
     verdict = first_value(*s.store, key, "discard");
@@ -323,7 +352,8 @@ const Membership& FaultTolerantGroup::reconfigure(bool admit) {
           concat(s.id, ": the others went on without this member in generation ", g, " (",
                  next.cause, "): it was silent for more than ",
                  seconds(s.options.heartbeat_interval() * s.options.missed_heartbeats()),
-                 " s (frozen, or cut off); a newcomer can take its place"));
+                 " s (frozen, or cut off), or did not come within the collective timeout; a "
+                 "newcomer can take its place"));
     }
     if (next.size() < s.options.min_size()) {
       throw DistributedError(concat("only ", next.size(), " member(s) left (",
@@ -403,7 +433,13 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::from_environment(
   return start(store, world.rank, world.world_size, o);
 }
 
-void FaultTolerantGroup::finish() { impl_->watch->stop(true); }
+void FaultTolerantGroup::finish() {
+  impl_->watch->stop(true);
+  try {
+    impl_->store->set("closed", bytes("1"));  // a newcomer still waiting goes home
+  } catch (const std::exception&) {           // the store went first: nobody waits on it
+  }
+}
 
 void broadcast_bytes(ProcessGroup& group, std::string& bytes, int root) {
   torch::Tensor size = torch::tensor({int64_t(bytes.size())}, torch::kInt64);

@@ -69,18 +69,23 @@ void MemberWatch::stop(bool finished) {
 }
 
 void MemberWatch::run() {
+  int failures = 0;  // in a row: the store is lost after as many as make a member lost
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     lock.unlock();
+    std::string error;
     try {
       beat_and_look();
     } catch (const std::exception& e) {
-      lock.lock();
-      store_error_ = first_line(e.what());
+      error = first_line(e.what());
+    }
+    lock.lock();
+    failures = error.empty() ? 0 : failures + 1;
+    if (failures >= missed_) {
+      store_error_ = error;
       if (group_ && !group_->aborted()) group_->abort("lost the job's store: " + store_error_);
       return;
     }
-    lock.lock();
     wake_.wait_for(lock, interval_, [this] { return stopping_; });
   }
 }

@@ -1,9 +1,13 @@
 #include "fault.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <thread>
 
 #include "ddp/environment.h"
@@ -24,24 +28,24 @@ Fault Fault::from_environment() {
     throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
   f.kind_ = text.substr(0, at);
   if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit" &&
-      f.kind_ != "slow") {
+      f.kind_ != "slow" && f.kind_ != "freeze") {
     throw InvalidArgument(
-        concat(name, ": unknown kind '", f.kind_, "'; use nan, throw, hang, exit or slow"));
+        concat(name, ": unknown kind '", f.kind_, "'; use nan, throw, hang, exit, slow or freeze"));
   }
+  const bool timed = f.kind_ == "slow" || f.kind_ == "freeze";  // KIND@STEP:RANK:MS
   f.step_ = parse_int(
       text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
       name + " step", 1, 1 << 30);
   const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
-  if (f.kind_ == "slow" && second == std::string::npos)
-    throw InvalidArgument(concat(name, ": '", text, "' is not slow@STEP:RANK:MS"));
+  if (timed && second == std::string::npos)
+    throw InvalidArgument(concat(name, ": '", text, "' is not ", f.kind_, "@STEP:RANK:MS"));
   if (colon != std::string::npos) {
     f.rank_ =
         parse_int(text.substr(colon + 1, second == std::string::npos ? second : second - colon - 1),
                   name + " rank", 0, 1 << 20);
   }
   if (second != std::string::npos) {
-    if (f.kind_ != "slow")
-      throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
+    if (!timed) throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
     f.slow_ms_ = parse_int(text.substr(second + 1), name + " milliseconds", 1, 3600000);
   }
   return f;
@@ -58,6 +62,20 @@ void Fault::at_loss(int64_t global_step, int rank, torch::Tensor& loss) const {
     throw Error(
         concat("rank ", rank, ": injected fault (", env::kFault, ") at step ", global_step));
   if (kind_ == "exit") std::_Exit(3);
+  if (kind_ == "freeze") {
+    std::fprintf(stderr, "rank %d: injected freeze (%s) at step %lld for %d ms\n", rank,
+                 env::kFault, (long long)global_step, slow_ms_);
+    std::fflush(stderr);
+    // The whole process stops, heartbeat thread included, as under SIGSTOP; a child wakes it.
+    const pid_t self = ::getpid();
+    if (::fork() == 0) {
+      const timespec pause{slow_ms_ / 1000, (slow_ms_ % 1000) * 1000000L};
+      ::nanosleep(&pause, nullptr);
+      ::kill(self, SIGCONT);
+      ::_exit(0);
+    }
+    ::kill(self, SIGSTOP);
+  }
   if (kind_ == "hang") {
     std::fprintf(stderr, "rank %d: injected hang (%s) at step %lld\n", rank, env::kFault,
                  (long long)global_step);

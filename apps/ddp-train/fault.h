@@ -5,6 +5,8 @@
 //                                at global step STEP (1-based) on rank RANK (default 0).
 //   DDP_FAULT=slow@STEP:RANK:MS  rank RANK sleeps MS milliseconds in every step from STEP on
 //                                (a straggler).
+//   DDP_FAULT=freeze@STEP:RANK:MS  rank RANK's process stops (SIGSTOP, all its threads) for MS
+//                                milliseconds at step STEP (a frozen node).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@ class Fault {
   std::string kind_;  // empty: no fault
   int64_t step_ = -1;
   int rank_ = 0;
-  int slow_ms_ = 0;  // slow: the delay of each step
+  int slow_ms_ = 0;  // slow: the delay of each step; freeze: how long it stops
 };
 
 }  // namespace ddp::train

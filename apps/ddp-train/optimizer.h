@@ -32,6 +32,9 @@ class TrainOptimizer {
   void zero_grad();
   /// The learning rate of the last step (--lr before the first).
   double lr() const { return lr_; }
+  /// The epoch length the learning-rate schedule counts with (a newcomer takes rank 0's).
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  void set_steps_per_epoch(int64_t steps) { steps_per_epoch_ = steps; }
 
   /// Loads the weights into `model` and this optimizer's state (its shard's, sharded) from a
   /// checkpoint every rank reads.

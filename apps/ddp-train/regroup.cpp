@@ -66,8 +66,9 @@ CheckpointState load_state_bytes(Training& t, const std::string& bytes) {
   return state;
 }
 
-// Rank 0's state to every rank that lacks it (the newcomers); returns it on those.
-std::optional<CheckpointState> share_state(Training& t, int epoch) {
+// Rank 0's state (in epoch `epoch`, or after it when `epoch_done`) to every rank that lacks it
+// (the newcomers); returns it on those.
+std::optional<CheckpointState> share_state(Training& t, int epoch, bool epoch_done) {
   ProcessGroup& group = *t.setup.group;
   const bool root = group.rank() == 0;
   torch::Tensor lacking = torch::tensor({t.has_state ? 0 : 1, root && !t.has_state ? 1 : 0});
@@ -79,9 +80,13 @@ std::optional<CheckpointState> share_state(Training& t, int epoch) {
         "lost); start the job again from its newest checkpoint (--resume auto)");
   }
   std::string bytes;
-  if (root) bytes = state_bytes(t, position_of(t, epoch, 0));
+  if (root) bytes = state_bytes(t, position_of(t, epoch, 0, epoch_done));
   broadcast_bytes(group, bytes);
+  // The schedule's epoch length too: the first world's, which a newcomer may not know.
+  torch::Tensor epoch_steps = torch::tensor({t.optimizer.steps_per_epoch()});
+  group.broadcast(epoch_steps, 0).wait();
   if (t.has_state) return std::nullopt;
+  t.optimizer.set_steps_per_epoch(epoch_steps.item<int64_t>());
   CheckpointState state = load_state_bytes(t, bytes);
   t.has_state = true;
   return state;
@@ -89,9 +94,10 @@ std::optional<CheckpointState> share_state(Training& t, int epoch) {
 
 // What every rank does on a new generation; may fail (PeerFailure) when another rank is lost
 // meanwhile, and then runs again on the next one.
-void adopt(Training& t, int epoch, std::optional<CheckpointState>& received) {
+void adopt(Training& t, int epoch, bool epoch_done, std::optional<CheckpointState>& received) {
   adopt_generation(t.setup);
-  if (auto state = share_state(t, epoch)) received = std::move(state);
+  if (t.timeline.enabled()) t.timeline.watch(t.setup.group->recorder());
+  if (auto state = share_state(t, epoch, epoch_done)) received = std::move(state);
   t.model.regroup(t.options, t.setup);
 }
 
@@ -140,7 +146,7 @@ void next_generation(Training& t, int epoch, bool admit, int64_t discarded,
   const int old_world = t.setup.world.world_size;
   t.setup.ft->reconfigure(admit);
   std::optional<CheckpointState> unused;
-  t.setup.ft->settle([&] { adopt(t, epoch, unused); });
+  t.setup.ft->settle([&] { adopt(t, epoch, /*epoch_done=*/false, unused); });
   report_change(t, old_world, start, discarded);
 }
 
@@ -158,7 +164,7 @@ void regroup(Training& t, int epoch, int64_t steps_here, bool discarded,
 Position settle_newcomer(Training& t) {
   t.has_state = false;
   std::optional<CheckpointState> received;
-  t.setup.ft->settle([&] { adopt(t, 0, received); });
+  t.setup.ft->settle([&] { adopt(t, 0, false, received); });  // rank 0 is never a newcomer
   if (!received) throw DistributedError("a newcomer settled without the training state");
   const Position at = position_from(*received, t.setup.world.world_size, t.options.batch_size);
   std::printf(
@@ -174,7 +180,7 @@ void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
   const int old_world = t.setup.world.world_size;
   const auto start = Clock::now();
   std::optional<CheckpointState> unused;
-  t.setup.ft->run_to_completion(phase, [&] { adopt(t, epoch, unused); });
+  t.setup.ft->run_to_completion(phase, [&] { adopt(t, epoch, /*epoch_done=*/true, unused); });
   // Said once the phase is done (its time included): no rank prints mid-phase.
   if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
 }

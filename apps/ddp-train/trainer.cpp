@@ -226,7 +226,7 @@ void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t
   const std::string path =
       checkpoint_path(t.options.checkpoint_dir, epoch - 1, t.earlier_steps + steps_taken);
   t.optimizer.save_async(t.step_checkpoints, path, *t.setup.model,
-                         position_of(t, epoch, steps_taken), t.setup.is_root());
+                         position_of(t, epoch, steps_taken, false), t.setup.is_root());
   t.timeline.span(concat("checkpoint snapshot at step ", t.global_step), start, Clock::now());
 }
 
@@ -237,6 +237,9 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   const bool resumed = epoch == from.epoch;
   const int64_t first_step = resumed ? from.step_in_epoch : 0;
   const int64_t taken = resumed ? from.taken_in_epoch : 0;
+  // This world's shard (under --on-failure continue the world may have changed since).
+  t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), t.setup.world.world_size,
+                                 t.setup.world.rank, t.sampler.options());
   t.sampler.set_epoch_remainder(epoch - 1, taken);
   t.taken_in_epoch = taken;
   t.earlier_steps = resumed ? from.earlier_steps : 0;
@@ -271,6 +274,8 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
       regroup(t, epoch, step, !outcome.committed, outcome.start);
       step = 0;
       steps = steps_of(o, t.loader.num_batches());
+      if (o.max_steps > 0)
+        steps = std::max<int64_t>(0, std::min(steps, o.max_steps - t.earlier_steps));
       t.reporter.start_epoch(epoch, t.earlier_steps + steps);
     }
   }
@@ -328,10 +333,11 @@ void checkpoint_if_due(const Training& t, int epoch) {
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
   const auto start = Clock::now();
   t.step_checkpoints.wait();  // the last step checkpoint first: one writer of the folder
-  const CheckpointState state = position_of(t, epoch, 0);
+  const CheckpointState state = position_of(t, epoch, 0, true);
   const bool root = t.setup.is_root();
-  // A rank missing here is named, instead of the save's collectives timing out.
-  if (t.setup.group)
+  // A rank missing here is named, instead of the save's collectives timing out. (Under
+  // --on-failure continue a lost rank is the heartbeat's to find: this barrier would not abort.)
+  if (t.setup.group && !t.setup.ft)
     t.setup.group->monitored_barrier(to_ms(o.timeout), concat("checkpoint of epoch ", epoch));
   t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.setup.model, state, root);
   if (root) prune_checkpoints(o.checkpoint_dir, o.keep);
@@ -342,9 +348,9 @@ void checkpoint_if_due(const Training& t, int epoch) {
 
 }  // namespace
 
-CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken) {
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, bool epoch_done) {
   CheckpointState state;
-  const bool mid_epoch = steps_taken > 0 || t.taken_in_epoch > 0;
+  const bool mid_epoch = !epoch_done;
   state.epoch = mid_epoch ? epoch - 1 : epoch;
   state.step_in_epoch = steps_taken;
   state.taken_in_epoch = mid_epoch ? t.taken_in_epoch : 0;
@@ -375,7 +381,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // rank it replaces.
   const Fault fault = world.newcomer ? Fault() : Fault::from_environment();
   TrainingSetup s = set_up_training(o, world);
+  if (world.newcomer && !s.ft) {
+    std::printf("the job finished before this newcomer was admitted\n");
+    return {};
+  }
   const int64_t train_size = int64_t(s.data.train->size());
+  // The learning-rate schedule keeps the first world's epoch length (a newcomer takes it from
+  // rank 0 with the state).
   const int64_t epoch_steps = steps_per_epoch(o, train_size, s.world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
   // A newcomer takes the state from a peer instead (settle_newcomer).

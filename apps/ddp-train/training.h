@@ -54,8 +54,8 @@ struct Training {
   bool has_state = true;                    // false: a newcomer, until a peer's state arrives
 };
 
-/// The run's place after `steps_taken` steps of epoch `epoch` at this world size (mid-epoch
-/// when some were taken here or at another world size), for a checkpoint.
-CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken);
+/// The run's place, for a checkpoint: epoch `epoch` done, or `steps_taken` steps of it taken at
+/// this world size (after t.taken_in_epoch samples at others).
+CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, bool epoch_done);
 
 }  // namespace ddp::train

@@ -79,12 +79,13 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSe
 }
 
 // --on-failure continue: the first generation (a newcomer waits to be admitted to the running
-// one); the set-up's rank and world size are its.
+// one; without a group when the job finished first); the set-up's rank and world size are its.
 void open_fault_tolerant_group(const TrainOptions& o, TrainingSetup& s) {
   check_fault_tolerance_options(o);
   const FaultToleranceOptions options = FaultToleranceOptions().group(group_options(o, s));
   if (s.world.newcomer) std::printf("ddp-train: a newcomer, waiting to be admitted to the job\n");
   s.ft = FaultTolerantGroup::from_environment(options, s.world);
+  if (!s.ft) return;
   s.group = s.ft->group();
   s.world.rank = s.ft->membership().rank;
   s.world.world_size = s.ft->membership().size();
@@ -103,7 +104,7 @@ void open_data(const TrainOptions& o, TrainingSetup& s) {
       if (!o.download_md5.empty()) d.md5(o.download_md5);
       with_flag_hint("--data-dir, --download-url", [&] { data::download_cifar10(dir, d); });
     }
-    if (s.group && !s.world.newcomer) s.group->barrier();
+    if (s.group) s.group->barrier();
   }
   s.data = open_training_data(o, dir);
   if (s.is_root()) {
@@ -211,7 +212,9 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   s.precision = o.precision;
   // Gloo under --on-failure continue, whose ranks must be able to leave a collective.
   s.backend = world.fault_tolerant ? "gloo" : backend_for(o.backend, s.device);
-  if (world.fault_tolerant) {
+  if (world.newcomer) {
+    s.world.rank = -1;  // nobody's rank 0 until admitted, once ready to train (below)
+  } else if (world.fault_tolerant) {
     open_fault_tolerant_group(o, s);
   } else if (world.world_size > 1) {
     s.group = open_group(o, s);
@@ -239,9 +242,11 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
                 loader_reason.c_str(), s.loader_options.prefetch(),
                 s.loader_options.pin_memory() ? ", in pinned memory" : "");
   }
+  // A newcomer asks to be admitted once it is ready: the others wait for it at the step.
+  if (world.newcomer) open_fault_tolerant_group(o, s);
   // A rank that never got this far is named here rather than timing out in a collective later.
   // (A newcomer is admitted when the others are well past theirs.)
-  if (s.group && !s.world.newcomer) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
+  if (s.group && !world.newcomer) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
   return s;
 }
 

@@ -48,7 +48,8 @@ struct FaultToleranceOptions {
   TORCH_ARG(int, missed_heartbeats) = 3;
   /// Fewer members than this left: the job fails instead of going on.
   TORCH_ARG(int, min_size) = 1;
-  /// How long a newcomer waits to be admitted, and a vote or a new membership for the others.
+  /// How long a newcomer waits to be admitted. (A vote, or a new membership, waits at most the
+  /// group's collective timeout for a member that is alive but does not come.)
   TORCH_ARG(std::chrono::milliseconds, join_timeout) = std::chrono::minutes(10);
   /// For each generation's process group (`abortable` is set whatever is given).
   TORCH_ARG(ProcessGroupOptions, group);
@@ -84,7 +85,8 @@ class FaultTolerantGroup {
                                                    int world_size,
                                                    const FaultToleranceOptions& options);
   /// A newcomer to a running job: waits until the members admit it at a step boundary, then
-  /// must take the state from rank 0 (broadcast_bytes()). Throws TimeoutError after join_timeout.
+  /// must take the state from rank 0 (broadcast_bytes()). Returns null when the job finished
+  /// first (a member called finish()); throws TimeoutError after join_timeout.
   static std::unique_ptr<FaultTolerantGroup> join(c10::intrusive_ptr<c10d::Store> store,
                                                   const FaultToleranceOptions& options);
   /// As a launcher with --on-failure continue left it: the job's store (the launcher hosts it,
@@ -122,7 +124,8 @@ class FaultTolerantGroup {
   /// newcomer is admitted: they come in at a step), settle `adopt`, and run it again.
   void run_to_completion(const std::function<void()>& phase, const std::function<void()>& adopt);
 
-  /// This member is done: its silence from now on is not a loss.
+  /// This member is done: its silence from now on is not a loss, and no newcomer is admitted
+  /// any more.
   void finish();
 
  private:

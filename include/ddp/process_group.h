@@ -155,7 +155,8 @@ class ProcessGroup {
   void monitored_barrier(std::chrono::milliseconds timeout, const std::string& what = "barrier");
 
   /// Ends this group (`abortable` only): every wait() on its collectives, running or to come,
-  /// throws PeerFailure naming `reason`, and so does every new collective. The backend's own
+  /// throws PeerFailure naming `reason`, and so does every new collective (monitored_barrier(),
+  /// which goes through the store, is not one). The backend's own
   /// threads may stay blocked on the lost peer until the timeout: keep the group alive (its
   /// destructor would wait for them), and go on with a new one.
   void abort(const std::string& reason);

@@ -66,6 +66,29 @@ TEST_F(TrainerTest, OnFailureContinueStartsANewcomerThatTakesTheStateFromAPeer) 
   EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
 }
 
+TEST_F(TrainerTest, OnFailureContinueLeavesOutAFrozenRankThatThenExits) {
+  // Rank 2 stops, heartbeat and all, for 8 s at step 5: the others go on without it after 3 s;
+  // woken, it finds the job went on without it and exits, naming why.
+  const auto r = test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "3",
+                            "--no-eval", "--nproc-per-node", "3", "--on-failure", "continue"},
+                           {{"DDP_FAULT", "freeze@5:2:8000"}}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 2: injected freeze (DDP_FAULT) at step 5 for 8000 ms"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("world size 3 -> 2 (generation 2; lost: r2; joined: none) because lost "
+                          "r2 silent for 3 s"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("r2: the others went on without this member in generation 2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("exited with code 1; the job goes on without it"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(count(r.output, "final weights fingerprint"), 2) << r.output;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
+}
+
 TEST_F(TrainerTest, OnFailureContinueRefusesStateTiedToOneGroup) {
   const auto zero = test::run({test::train_bin(), "--data-dir", data_->path(), "--nproc-per-node",
                                "2", "--on-failure", "continue", "--zero"},
