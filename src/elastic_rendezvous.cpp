@@ -253,6 +253,7 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         return {};
       }
       auto [old_text, st] = m.read();
+      if (!st.closed.empty()) m.store->set("left/" + m.node, bytes("1"));  // see depart()
       if (st.closed == kFinished) {
         Round over;
         over.job_finished = true;
@@ -419,6 +420,16 @@ void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& 
     const auto until = Clock::now() + std::chrono::seconds(10);
     for (int64_t n = gone; m.host && n < int64_t(round.nodes.size()) && Clock::now() < until;
          n = m.store->add(concat("round_", round.number, "/gone"), 0)) {
+      std::this_thread::sleep_for(kPoll);  // bounded by `until`
+    }
+    // And the spares still waiting, until each has read that the job is over (or is dead).
+    const auto waiting = [&] {
+      for (const std::string& n : m.read().second.waiting) {
+        if (!m.store->check({"left/" + n}) && !m.liveness.dead(*m.store, "hb/" + n)) return true;
+      }
+      return false;
+    };
+    while (m.host && Clock::now() < until && waiting()) {
       std::this_thread::sleep_for(kPoll);  // bounded by `until`
     }
     m.register_agent(false);
