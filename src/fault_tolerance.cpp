@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "ddp/error.h"
+#include "elastic_state.h"
 #include "member_watch.h"
 #include "process_group_backends.h"
 #include "rendezvous_wait.h"
@@ -35,12 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 // How long a member polls the store between looks while it waits for the others.
 constexpr auto kPoll = std::chrono::microseconds(200);
-
-std::string join_words(const std::vector<std::string>& words) {
-  std::string text;
-  for (const auto& w : words) text += (text.empty() ? "" : " ") + w;
-  return text;
-}
 
 std::vector<std::string> split_words(const std::string& text) {
   std::istringstream in(text);
