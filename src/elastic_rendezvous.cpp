@@ -464,4 +464,8 @@ std::string ElasticRendezvous::worker_prefix(const Round& round) const {
   return concat("rdzv/", impl_->s.run_id, "/round_", round.number, "/workers");
 }
 
+std::string ElasticRendezvous::progress_key() const {
+  return concat("rdzv/", impl_->s.run_id, "/progress");
+}
+
 }  // namespace ddp

@@ -43,9 +43,10 @@ Pipe make_pipe() {
 // The variables the launcher sets itself. A value of one in its own environment is not passed
 // on: a launcher started inside another job must not hand that job's rank or store to its workers.
 constexpr const char* kLauncherVariables[] = {
-    env::kRank,       env::kWorldSize,  env::kLocalRank,    env::kLocalWorldSize, env::kGroupRank,
-    env::kMasterAddr, env::kMasterPort, env::kRestartCount, env::kUseAgentStore,  env::kStoreFile,
-    env::kDebugDir,   env::kCpuBind,    env::kStorePrefix};
+    env::kRank,        env::kWorldSize,  env::kLocalRank,    env::kLocalWorldSize, env::kGroupRank,
+    env::kMasterAddr,  env::kMasterPort, env::kRestartCount, env::kUseAgentStore,  env::kStoreFile,
+    env::kDebugDir,    env::kCpuBind,    env::kStorePrefix,  env::kOnFailure,      env::kNewcomer,
+    env::kProgressKey, env::kRoundCause};
 
 std::vector<std::string> inherited_environment() {
   std::vector<std::string> env;

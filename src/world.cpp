@@ -65,6 +65,26 @@ std::string first_slurm_host(const std::string& nodelist) {
   return first.substr(0, open) + range.substr(0, stop);
 }
 
+namespace {
+
+// What ddp.cpp's launcher says about failures: --on-failure, a newcomer, an elastic round's
+// progress key and cause.
+void read_failure_handling(const Env& env, WorldInfo& w) {
+  if (const std::string* mode = get(env, env::kOnFailure)) {
+    if (*mode != "continue" && *mode != "restart") {
+      throw InvalidArgument(concat("environment variable ", env::kOnFailure, ": '", *mode,
+                                   "' is neither continue nor restart"));
+    }
+    w.fault_tolerant = *mode == "continue";
+  }
+  const std::string* newcomer = get(env, env::kNewcomer);
+  w.newcomer = newcomer && *newcomer == "1";
+  if (const std::string* key = get(env, env::kProgressKey)) w.progress_key = *key;
+  if (const std::string* cause = get(env, env::kRoundCause)) w.round_cause = *cause;
+}
+
+}  // namespace
+
 WorldInfo WorldInfo::from_map(const Env& env) {
   WorldInfo w;
   if (get(env, env::kRank) || get(env, env::kWorldSize)) {
@@ -87,15 +107,7 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     } else if (w.agent_store) {
       w.store_prefix = concat("/worker/attempt_", w.restart_count);
     }
-    if (const std::string* mode = get(env, env::kOnFailure)) {
-      if (*mode != "continue" && *mode != "restart") {
-        throw InvalidArgument(concat("environment variable ", env::kOnFailure, ": '", *mode,
-                                     "' is neither continue nor restart"));
-      }
-      w.fault_tolerant = *mode == "continue";
-    }
-    const std::string* newcomer = get(env, env::kNewcomer);
-    w.newcomer = newcomer && *newcomer == "1";
+    read_failure_handling(env, w);
     read_master(env, w);
   } else if (get(env, env::kSlurmProcId) && get(env, env::kSlurmNtasks)) {
     w.source = "slurm";

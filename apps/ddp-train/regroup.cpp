@@ -126,7 +126,7 @@ void report_change(Training& t, int old_world, Clock::time_point start, int64_t 
   }
   t.reporter.membership_change(JsonRecord()
                                    .add("event", "membership_change")
-                                   .add("time", double(std::time(nullptr)))
+                                   .add("time", int64_t(std::time(nullptr)))  // Unix seconds
                                    .add("global_step", t.global_step)
                                    .add("generation", m.generation)
                                    .add("old_world", old_world)

@@ -15,6 +15,7 @@
 #include "ddp/sampler.h"
 #include "evaluation.h"
 #include "flag_hint.h"
+#include "new_round.h"
 #include "regroup.h"
 #include "training.h"
 
@@ -199,6 +200,7 @@ StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step
                   "; stopped before the optimizer step, so the weights are the last finite "
                   "ones. Lower --lr, or pass --on-nan skip");
   });
+  if (t.progress) t.progress->publish(t.global_step);  // what a restart would lose
   if (!updated) return outcome;  // the batch is consumed, only the update is skipped
   const auto t4 = now_after(device, exact);
   totals.times.data_wait += seconds_between(t0, t1);
@@ -372,6 +374,7 @@ Position position_from(const CheckpointState& state, int world_size, int64_t bat
 }
 
 std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& world) {
+  const auto started = Clock::now();
   // The output files first: a path that cannot be written fails before start-up's work. (A
   // newcomer of --on-failure continue is never rank 0: it reports nothing.)
   Reporter reporter(o, world.newcomer ? -1 : world.rank, world.world_size);
@@ -405,6 +408,13 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   if (s.world.newcomer) {
     start = settle_newcomer(t);
     t.global_step = start.global_step;
+  }
+  // Under --on-failure restart, where the previous round got (the agent's store keeps it).
+  const std::unique_ptr<JobProgress> progress =
+      s.ft ? nullptr : JobProgress::from_environment(s.world);
+  t.progress = progress.get();
+  if (progress && s.world.restart_count > 0) {
+    report_new_round(t, *progress, start.global_step, started);
   }
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {

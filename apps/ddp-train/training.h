@@ -6,6 +6,7 @@
 
 #include "ddp/async_checkpoint.h"
 #include "ddp/checkpoint.h"
+#include "ddp/job_progress.h"
 #include "ddp/sampler.h"
 #include "fault.h"
 #include "model.h"
@@ -52,6 +53,7 @@ struct Training {
   int64_t taken_in_epoch = 0;               // of the epoch running: see Position
   int64_t earlier_steps = 0;                // likewise
   bool has_state = true;                    // false: a newcomer, until a peer's state arrives
+  JobProgress* progress = nullptr;          // rank 0's under an elastic agent, else null
 };
 
 /// The run's place, for a checkpoint: epoch `epoch` done, or `steps_taken` steps of it taken at

@@ -35,6 +35,11 @@ inline constexpr char kStorePrefix[] = "DDP_STORE_PREFIX";
 inline constexpr char kOnFailure[] = "DDP_ON_FAILURE";
 /// "1": this worker replaces a lost one in a running fault-tolerant job (FaultTolerantGroup::join).
 inline constexpr char kNewcomer[] = "DDP_NEWCOMER";
+/// The key in the elastic agent's store, outside any round's prefix, where rank 0 keeps how far
+/// the job has got, so that the next round can say what a restart lost (job_progress.h).
+inline constexpr char kProgressKey[] = "DDP_PROGRESS_KEY";
+/// Why the elastic agent began this round: the membership change or failure that ended the last.
+inline constexpr char kRoundCause[] = "DDP_ROUND_CAUSE";
 
 // --- Slurm's (srun) and Open MPI's (mpirun) names for the same, read where RANK is absent.
 

@@ -37,6 +37,8 @@ struct WorldInfo {
   bool fault_tolerant = false;
   /// DDP_NEWCOMER=1: this worker joins the running job; its rank comes from the group.
   bool newcomer = false;
+  /// DDP_PROGRESS_KEY and DDP_ROUND_CAUSE: an elastic agent's (JobProgress, job_progress.h).
+  std::string progress_key, round_cause;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"
 
   /// Reads the process environment (see the file comment); throws InvalidArgument naming the

@@ -83,6 +83,10 @@ for ((i = 0; i < nodes; i++)); do
   [[ -z $(netns_node_pids $i) ]] || fail "processes left on node $i: $(netns_node_pids $i)"
 done
 grep -q "membership change" "$tmp/node0.log" || fail "no membership change logged on node 0"
+if [[ $on_failure == restart ]]; then # rank 0 of the new round says what the restart cost
+  grep -q "this one resumes at step [0-9]*: [0-9]* step(s) lost" "$tmp/node0.log" ||
+    fail "rank 0 did not say how many steps the new round lost"
+fi
 prints=$(cat "$tmp"/node*.log | grep -o 'rank [0-9]*: final weights fingerprint [0-9a-f]*')
 ranks=$(echo "$prints" | awk '{print $2}' | sort -u | wc -l)
 unique=$(echo "$prints" | awk '{print $6}' | sort -u | wc -l)

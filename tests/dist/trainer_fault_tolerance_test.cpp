@@ -1,9 +1,11 @@
 // ddp-train --on-failure continue, as real processes on one node: the survivors of a rank that
 // dies go on at the next step with identical weights and the rest of the epoch shared out over
 // them; a newcomer started in its place takes the state from rank 0; flags that tie their state
-// to one group are refused.
+// to one group are refused. And --on-failure restart under an elastic agent: the new round says
+// what the restart lost.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
 
 #include "support/process.h"
@@ -104,6 +106,62 @@ TEST_F(TrainerTest, OnFailureContinueRefusesStateTiedToOneGroup) {
   EXPECT_NE(alone.output.find("--max-restarts and --on-failure are the launcher's"),
             std::string::npos)
       << alone.output;
+}
+
+TEST_F(TrainerTest, OnFailureRestartSaysHowManyStepsTheNewRoundLost) {
+  test::TempDir out;
+  // Rank 1 exits at step 10 of the first round only: the second resumes from the newest
+  // checkpoint (step 8, or step 4 if step 8's was still being written when rank 0 was stopped).
+  const std::string first_round_fails =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then export DDP_FAULT=exit@10:1; fi; "
+      "exec \"$@\"";
+  const auto r = test::run({DDPRUN_BIN,
+                            "--nnodes",
+                            "1",
+                            "--rdzv-backend",
+                            "c10d",
+                            "--rdzv-endpoint",
+                            "127.0.0.1:" + std::to_string(test::free_port()),
+                            "--rdzv-id",
+                            "lost-steps",
+                            "--nproc-per-node",
+                            "2",
+                            "--max-restarts",
+                            "1",
+                            "--",
+                            "/bin/sh",
+                            "-c",
+                            first_round_fails,
+                            "sh",
+                            test::train_bin(),
+                            "--data-dir",
+                            data_->path(),
+                            "--epochs",
+                            "1",
+                            "--no-eval",
+                            "--checkpoint-dir",
+                            out / "ck",
+                            "--checkpoint-every-steps",
+                            "4",
+                            "--metrics",
+                            out / "m.jsonl"},
+                           {}, 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  const std::regex line(
+      "membership change: round 2, world size 2 \\(was 2\\), because .*rank 1 exited with code "
+      "3.*; the last round reached step 9 and this one resumes at step ([48]): ([0-9]+) "
+      "step\\(s\\) "
+      "lost, [0-9.]+ s after it");
+  ASSERT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+  EXPECT_EQ(std::stoi(m[2]), 9 - std::stoi(m[1])) << r.output;
+  const std::string metrics = test::read_file(out / "m.jsonl");
+  EXPECT_NE(metrics.find("\"event\": \"membership_change\", "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(std::string("\"reached_step\": 9, \"resumed_step\": ") + m[1].str() +
+                         ", \"steps_lost\": " + m[2].str()),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;
 }
 
 }  // namespace
