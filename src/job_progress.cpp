@@ -17,16 +17,23 @@ namespace {
 // A store call that takes longer fails: the sender must not hang the process's exit on a link
 // that is cut (tcp_store.h).
 constexpr std::chrono::seconds kStoreLimit(5);
+// The most often a step is sent: the agent's store also carries the heartbeats, and steps can be
+// far faster than its round trip.
+constexpr std::chrono::milliseconds kSendInterval(100);
 
+// One round's record, under a key of its own: a late write from an old round (a node cut off
+// whose link comes back) can never overwrite a newer round's.
+std::string key_of(const std::string& base, int64_t round) { return concat(base, "/", round); }
+
+// Throws on a record that is not one (another version's, say): the caller gives up on progress.
 std::optional<ProgressRecord> parse(const std::string& text) {
   if (text.empty()) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(text);
   ProgressRecord r;
-  r.round = j.value("round", int64_t(0));
-  r.world_size = j.value("world_size", 0);
-  r.step = j.value("step", int64_t(0));
-  r.time = j.value("time", 0.0);
+  r.round = j.at("round").get<int64_t>();
+  r.world_size = j.at("world_size").get<int>();
+  r.step = j.at("step").get<int64_t>();
+  r.time = j.at("time").get<double>();
   return r;
 }
 
@@ -66,19 +73,32 @@ struct JobProgress::Sender {
         return;
       }
       lock.lock();
+      changed.wait_for(lock, kSendInterval, [&] { return stopping; });
     }
   }
 };
 
 std::unique_ptr<JobProgress> JobProgress::from_environment(const WorldInfo& world) {
-  if (world.rank != 0 || world.progress_key.empty()) return nullptr;
+  if (world.rank != 0 || world.progress_key.empty() || !world.agent_store) return nullptr;
   auto sender = std::make_unique<Sender>();
-  sender->store = store_client(world.master_addr, world.master_port, kStoreLimit);
-  sender->key = world.progress_key;
+  std::optional<ProgressRecord> previous;
+  try {
+    sender->store = store_client(world.master_addr, world.master_port, kStoreLimit);
+    // The round before, or the last before it that got to start (one that was over before its
+    // rank 0 began published nothing, and lost nothing of its own).
+    for (int64_t round = world.restart_count - 1; round >= 0 && !previous; --round) {
+      previous = parse(text_at(*sender->store, key_of(world.progress_key, round)));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "ddp: cannot read the job's progress from the launcher's store at %s:%d (%s); "
+                 "training goes on, but restarts will not say how many steps they lost\n",
+                 world.master_addr.c_str(), world.master_port, first_line(e.what()).c_str());
+    return nullptr;
+  }
+  sender->key = key_of(world.progress_key, world.restart_count);
   sender->record.round = world.restart_count;
   sender->record.world_size = world.world_size;
-  std::optional<ProgressRecord> previous = parse(text_at(*sender->store, sender->key));
-  if (previous && previous->round >= world.restart_count) previous.reset();  // not an earlier one
   sender->thread = std::thread([s = sender.get()] { s->run(); });
   return std::unique_ptr<JobProgress>(
       new JobProgress(std::move(sender), std::move(previous), world.round_cause));
@@ -94,7 +114,7 @@ JobProgress::~JobProgress() {
     sender_->stopping = true;
   }
   sender_->changed.notify_one();
-  sender_->thread.join();  // sends the last step first: the next round reads it
+  sender_->thread.join();  // sends the newest step first: the next round reads it
 }
 
 void JobProgress::publish(int64_t step) {

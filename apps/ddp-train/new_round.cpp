@@ -11,23 +11,30 @@ void report_new_round(Training& t, const JobProgress& progress, int64_t resumed_
                       std::chrono::steady_clock::time_point started) {
   const WorldInfo& world = t.setup.world;
   const std::optional<ProgressRecord>& last = progress.previous();
-  // A round that ended before its first step published nothing, and lost nothing.
-  const int64_t reached = last ? last->step : resumed_step;
-  const int64_t lost = std::max<int64_t>(0, reached - resumed_step);
+  // A rank 0 ended by a signal may not have sent its last steps: reached is at least what a
+  // checkpoint of that round holds.
+  const int64_t reached = last ? std::max(last->step, resumed_step) : resumed_step;
+  const int64_t lost = reached - resumed_step;
   const int old_world = last ? last->world_size : 0;
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
           .count();  // Unix seconds
-  const std::string cause = progress.cause().empty() ? "a restart" : progress.cause();
-  char after[64] = "";  // how long after the last round's last step this one is ready
-  if (last)
-    std::snprintf(after, sizeof after, ", %.1f s after it", std::max(0.0, now - last->time));
-  std::printf(
-      "membership change: round %d, world size %d%s, because %s; the last round reached step "
-      "%lld and this one resumes at step %lld: %lld step(s) lost%s\n",
-      world.restart_count + 1, world.world_size,
-      old_world > 0 ? concat(" (was ", old_world, ")").c_str() : "", cause.c_str(),
-      (long long)reached, (long long)resumed_step, (long long)lost, after);
+  const std::string because = progress.cause().empty() ? "" : ", because " + progress.cause();
+  char what[200];
+  if (last) {
+    // Between two hosts' clocks, when rank 0 moved: a rough figure.
+    std::snprintf(what, sizeof what,
+                  "round %lld (world size %d) reached step %lld and this one resumes at step "
+                  "%lld: %lld step(s) lost, ready %.1f s after that step",
+                  (long long)last->round + 1, old_world, (long long)reached,
+                  (long long)resumed_step, (long long)lost, std::max(0.0, now - last->time));
+  } else {
+    std::snprintf(what, sizeof what,
+                  "no earlier round reached its first step; this one resumes at step %lld",
+                  (long long)resumed_step);
+  }
+  std::printf("membership change: round %d, world size %d%s; %s\n", world.restart_count + 1,
+              world.world_size, because.c_str(), what);
   std::fflush(stdout);
   JsonRecord record;
   record.add("event", "membership_change")
@@ -35,7 +42,7 @@ void report_new_round(Training& t, const JobProgress& progress, int64_t resumed_
       .add("round", world.restart_count + 1)
       .add("old_world", old_world)
       .add("new_world", world.world_size)
-      .add("cause", cause)
+      .add("cause", progress.cause())
       .add("reached_step", reached)
       .add("resumed_step", resumed_step)
       .add("steps_lost", lost);

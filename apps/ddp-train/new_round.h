@@ -13,7 +13,7 @@
 namespace ddp::train {
 
 /// Rank 0's report of this round's beginning, once the run resumed at `resumed_step` global
-/// steps; `started`: when this process began (the span of the trace runs from there).
+/// steps; `started`: when the run began in this process (the trace's span runs from there).
 void report_new_round(Training& t, const JobProgress& progress, int64_t resumed_step,
                       std::chrono::steady_clock::time_point started);
 

@@ -114,15 +114,17 @@ struct EpochTotals {
 // `stop_message()`) or, with --on-nan skip, consumes the step without an update. Returns whether
 // the weights were updated.
 bool update(Training& t, EpochTotals& totals, const std::function<std::string()>& stop_message) {
-  if (!gradients_finite(t.model.module())) {
+  const bool finite = gradients_finite(t.model.module());
+  if (!finite) {
     if (t.options.on_nan == OnNan::kStop) throw Error(stop_message());
     ++totals.skipped_steps;
     ++t.global_step;
     t.optimizer.zero_grad();
-    return false;
+  } else {
+    t.optimizer.step(t.global_step++);
   }
-  t.optimizer.step(t.global_step++);
-  return true;
+  if (t.progress) t.progress->publish(t.global_step);  // what a restart would lose
+  return finite;
 }
 
 // A finished step's times, to --step-trace, --trace and the straggler report.
@@ -200,7 +202,6 @@ StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step
                   "; stopped before the optimizer step, so the weights are the last finite "
                   "ones. Lower --lr, or pass --on-nan skip");
   });
-  if (t.progress) t.progress->publish(t.global_step);  // what a restart would lose
   if (!updated) return outcome;  // the batch is consumed, only the update is skipped
   const auto t4 = now_after(device, exact);
   totals.times.data_wait += seconds_between(t0, t1);
@@ -416,6 +417,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   if (progress && s.world.restart_count > 0) {
     report_new_round(t, *progress, start.global_step, started);
   }
+  if (progress) progress->publish(start.global_step);  // this round started, if nothing more
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     EpochReport report = train_epoch(t, epoch, start);

@@ -69,11 +69,14 @@ ProcessGroupOptions group_options(const TrainOptions& o, const TrainingSetup& s)
   pg.spin_before_sleep(std::chrono::microseconds(int64_t(o.spin_wait_ms * 1000)));
   pg.debug_dir(o.debug_dir);
   pg.debug_collectives(o.debug_collectives);
-  // A restarted round's flight records say why it began (docs/debugging.md).
-  if (s.world.restart_count > 0) {
+  // A restart's flight records say which it is, and an elastic round's why it began
+  // (docs/fault-tolerance.md).
+  if (!s.world.progress_key.empty()) {
     pg.description(concat("round ", s.world.restart_count + 1, " (world size ", s.world.world_size,
                           s.world.round_cause.empty() ? "" : "; because ", s.world.round_cause,
                           ")"));
+  } else if (s.world.restart_count > 0) {
+    pg.description(concat("restart ", s.world.restart_count));
   }
   return pg;
 }

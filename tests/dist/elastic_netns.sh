@@ -82,9 +82,15 @@ for ((i = 0; i < nodes; i++)); do
   for _ in $(seq 50); do [[ -z $(netns_node_pids $i) ]] && break; sleep 0.1; done
   [[ -z $(netns_node_pids $i) ]] || fail "processes left on node $i: $(netns_node_pids $i)"
 done
-grep -q "membership change" "$tmp/node0.log" || fail "no membership change logged on node 0"
+if [[ $on_failure == restart ]]; then # the agent's line: the round ends
+  grep -q "membership change: round [0-9]* (world size [0-9]*) ends" "$tmp/node0.log" ||
+    fail "no membership change logged by node 0's agent"
+else # rank 0's line: the group changes at a step
+  grep -q "membership change at step" "$tmp/node0.log" || fail "no membership change logged by rank 0"
+fi
 if [[ $on_failure == restart ]]; then # rank 0 of the new round says what the restart cost
-  grep -q "this one resumes at step [0-9]*: [0-9]* step(s) lost" "$tmp/node0.log" ||
+  grep -q "reached step [0-9]* and this one resumes at step [0-9]*: [0-9]* step(s) lost" \
+    "$tmp/node0.log" ||
     fail "rank 0 did not say how many steps the new round lost"
 fi
 prints=$(cat "$tmp"/node*.log | grep -o 'rank [0-9]*: final weights fingerprint [0-9a-f]*')
