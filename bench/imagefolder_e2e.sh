@@ -16,7 +16,8 @@
 # implementation, and pytorch/examples' imagenet/main.py runs plain BatchNorm2d by default).
 #
 # usage: bench/imagefolder_e2e.sh DIR [ROUNDS (2)] [STEPS (35)]
-#   DIR: an ImageFolder root with train/ (bench/make_imagefolder.py writes one)
+#   DIR: an ImageFolder root with train/ of at least STEPS x 128 images
+#        (bench/make_imagefolder.py DIR --classes 10 --train 450 --val 10 writes 4,500)
 #   WARMUP=5           steps left out of the steady figures
 #   WORKERS=1          the reference's DataLoader num_workers per rank
 #   DDP_TRAIN_FLAGS    more ddp-train flags (its loader threads, say), split on spaces
@@ -86,6 +87,12 @@ run_theirs() {
 }
 
 classes=$(find -L "$dir/train" -mindepth 1 -maxdepth 1 -type d | wc -l)
+# Every run takes all its steps in one epoch: fewer images would leave a few steady steps to noise.
+images=$(find -L "$dir/train" -mindepth 2 -maxdepth 2 -type f | wc -l)
+((images >= steps * ranks * batch)) || {
+  echo "imagefolder_e2e: $dir/train has $images images, fewer than the $((steps * ranks * batch)) that $steps steps of $ranks x $batch take; write more (bench/make_imagefolder.py)" >&2
+  exit 2
+}
 versions=$("$python" -c 'import torch, torchvision, PIL; print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, pillow {PIL.__version__}")')
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo "reference: $versions, DataLoader num_workers $workers per rank; $("$build/ddp-train" --version 2>/dev/null | head -1)${extra[*]:+, flags ${extra[*]}}"
