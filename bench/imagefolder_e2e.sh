@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# End to end on this machine's CPUs: ddp-train against PyTorch's DDP
+# End to end on this machine's CPUs (or its GPUs): ddp-train against PyTorch's DDP
 # (bench/imagefolder_reference_ddp.py under torchrun), both training torchvision's resnet18 on
 # DIR's ImageFolder (DIR/train; num_classes = its class folders) at image size 112
 # (RandomResizedCrop 112, flip, ToTensor, Normalize), 2 ranks on gloo, batch 64 per rank, SGD
 # lr 0.1 momentum 0.9, STEPS steps, in turns: ddp-train, PyTorch, ddp-train, PyTorch, ...
+# (the model, size, ranks, batch, device and precision: the variables below).
 # Per run: images/s over all ranks and rank 0's fraction of the time spent waiting for data,
 # over all the steps (ddp-train's --metrics epoch record; the same fields from the reference)
 # and "steady", over the steps after the first WARMUP (both sides' --step-trace files, read by
@@ -16,11 +17,14 @@
 # implementation, and pytorch/examples' imagenet/main.py runs plain BatchNorm2d by default).
 #
 # usage: bench/imagefolder_e2e.sh DIR [ROUNDS (2)] [STEPS (35)]
-#   DIR: an ImageFolder root with train/ of at least STEPS x 128 images
+#   DIR: an ImageFolder root with train/ of at least STEPS x RANKS x BATCH images
 #        (bench/make_imagefolder.py DIR --classes 10 --train 450 --val 10 writes 4,500)
 #   WARMUP=5           steps left out of the steady figures
 #   WORKERS=1          the reference's DataLoader num_workers per rank
 #   DDP_TRAIN_FLAGS    more ddp-train flags (its loader threads, say), split on spaces
+#   REFERENCE_FLAGS    more flags of the reference (--channels-last, say)
+#   RANKS=2 BATCH=64 IMAGE_SIZE=112 MODEL=resnet18 DEVICE=cpu PRECISION=fp32: both sides' (DEVICE
+#                      cuda: one GPU per rank, NCCL; scripts/gpu-check.sh runs ResNet-50 so)
 #   DDP_BUILD=build    where ddp-train is; DDP_PYTHON the reference Python (bench/common.sh)
 set -euo pipefail
 usage="usage: bench/imagefolder_e2e.sh DIR [ROUNDS] [STEPS]"
@@ -32,8 +36,13 @@ steps=${3:-35}
 warmup=${WARMUP:-5}
 workers=${WORKERS:-1}
 read -r -a extra <<<"${DDP_TRAIN_FLAGS:-}"
-batch=64
-ranks=2
+read -r -a reference_extra <<<"${REFERENCE_FLAGS:-}"
+batch=${BATCH:-64}
+ranks=${RANKS:-2}
+size=${IMAGE_SIZE:-112}
+model=${MODEL:-resnet18}
+device=${DEVICE:-cpu}
+precision=${PRECISION:-fp32}
 [[ -d $dir/train ]] || { echo "imagefolder_e2e: $dir has no train/ folder" >&2; exit 2; }
 [[ -x $build/ddp-train ]] || { echo "imagefolder_e2e: $build/ddp-train is missing (scripts/setup.sh builds it)" >&2; exit 2; }
 ((steps > warmup)) || { echo "imagefolder_e2e: STEPS must be more than WARMUP ($warmup)" >&2; exit 2; }
@@ -71,7 +80,8 @@ print(f"{images / seconds:.1f} {wait / seconds:.3f}")
 EOF
 }
 run_ours() {
-  "$build/ddp-train" --dataset imagefolder --data-dir "$dir" --model resnet18 --image-size 112 \
+  "$build/ddp-train" --dataset imagefolder --data-dir "$dir" --model "$model" --image-size "$size" \
+    --device "$device" --precision "$precision" \
     --nproc-per-node "$ranks" --batch-size "$batch" --max-steps "$steps" --epochs 1 --no-eval \
     --lr 0.1 --momentum 0.9 --normalize --hflip --local-batchnorm --log-every 1000000 \
     --metrics "$out/$1.jsonl" \
@@ -80,7 +90,8 @@ run_ours() {
 }
 run_theirs() {
   "$python" -m torch.distributed.run --standalone --nproc-per-node "$ranks" \
-    bench/imagefolder_reference_ddp.py --data-dir "$dir" --image-size 112 --batch-size "$batch" \
+    bench/imagefolder_reference_ddp.py --data-dir "$dir" --image-size "$size" --batch-size "$batch" \
+    --model "$model" --device "$device" --precision "$precision" "${reference_extra[@]}" \
     --workers "$workers" --max-steps "$steps" --warmup-steps "$warmup" --lr 0.1 --momentum 0.9 \
     --metrics "$out/$1.jsonl" --step-trace "$out/$1" >"$out/$1.log" 2>&1 ||
     { cat "$out/$1.log" >&2; exit 1; }
@@ -95,8 +106,8 @@ images=$(find -L "$dir/train" -mindepth 2 -maxdepth 2 -type f | wc -l)
 }
 versions=$("$python" -c 'import torch, torchvision, PIL; print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, pillow {PIL.__version__}")')
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo "reference: $versions, DataLoader num_workers $workers per rank; $("$build/ddp-train" --version 2>/dev/null | head -1)${extra[*]:+, flags ${extra[*]}}"
-echo "data: $dir/train, $classes classes; resnet18 at 112x112, $ranks ranks x batch $batch, $steps steps per run ($warmup warm-up), $rounds rounds"
+echo "reference: $versions, DataLoader num_workers $workers per rank${reference_extra[*]:+, flags ${reference_extra[*]}}; $("$build/ddp-train" --version 2>/dev/null | head -1)${extra[*]:+, flags ${extra[*]}}"
+echo "data: $dir/train, $classes classes; $model at ${size}x$size, $precision on $device, $ranks rank(s) x batch $batch, $steps steps per run ($warmup warm-up), $rounds rounds"
 echo
 echo "| round | ddp-train img/s | data wait | steady img/s | steady data wait | PyTorch img/s | data wait | steady img/s | steady data wait | steady ratio |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

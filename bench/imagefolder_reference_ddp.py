@@ -1,10 +1,17 @@
-"""PyTorch's side of bench/imagefolder_e2e.sh: DDP training of torchvision's resnet18 on an
-ImageFolder, on the CPU with gloo, launched by torchrun (one process per rank):
+"""PyTorch's side of bench/imagefolder_e2e.sh: DDP training of torchvision's resnet18 (or
+resnet50) on an ImageFolder, on the CPU with gloo or on one GPU per rank with NCCL, launched by
+torchrun (one process per rank):
 
   python -m torch.distributed.run --standalone --nproc-per-node 2 \\
       bench/imagefolder_reference_ddp.py --data-dir DIR [--image-size 112] [--batch-size 64]
       [--workers 1] [--max-steps 35] [--warmup-steps 5] [--lr 0.1] [--momentum 0.9]
       [--threads T] [--seed 0] [--metrics FILE] [--step-trace PREFIX]
+      [--model resnet18|resnet50] [--device cpu|cuda] [--precision fp32|bf16] [--channels-last]
+
+On a GPU (--device cuda: rank r on cuda:LOCAL_RANK) the DataLoader pins its batches, which are
+copied with non_blocking as the ImageNet example does; bf16 is autocast; --channels-last puts
+the model and each batch in that memory format; each step ends with a device synchronise, so
+the step times are the GPU's.
 
 ImageFolder(DIR/train) with RandomResizedCrop(size), RandomHorizontalFlip(), ToTensor(),
 Normalize(ImageNet's mean and std), as pytorch/examples' imagenet/main.py (at --image-size);
@@ -61,9 +68,18 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics", default="")
     p.add_argument("--step-trace", default="")
+    p.add_argument("--model", choices=["resnet18", "resnet50"], default="resnet18")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--channels-last", action="store_true")
     args = p.parse_args()
 
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.backends.cudnn.benchmark = True  # as imagenet/main.py
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // world))
     torch.manual_seed(args.seed)
@@ -80,14 +96,18 @@ def main():
     sampler.set_epoch(0)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
                         num_workers=args.workers, drop_last=False, persistent_workers=False,
-                        pin_memory=False)
+                        pin_memory=cuda)
     steps = min(args.max_steps, len(loader)) if args.max_steps > 0 else len(loader)
     if rank == 0 and steps < args.max_steps:
         print(f"imagefolder_reference_ddp: the epoch has only {len(loader)} steps per rank, "
               f"not {args.max_steps}", flush=True)
     warmup = min(args.warmup_steps, steps - 1) if steps > 1 else 0
 
-    model = DDP(models.resnet18(num_classes=len(dataset.classes)))
+    memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+    net = getattr(models, args.model)(num_classes=len(dataset.classes))
+    net = net.to(device, memory_format=memory_format)
+    model = DDP(net, device_ids=[device.index] if cuda else None)
+    autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     trace = None
     if args.step_trace:
@@ -103,13 +123,18 @@ def main():
     for step in range(steps):
         t0 = time.perf_counter()
         x, y = next(it)
+        x = x.to(device, non_blocking=True, memory_format=memory_format)
+        y = y.to(device, non_blocking=True)
         t1 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
+        with autocast:
+            loss = F.cross_entropy(model(x), y)
         t2 = time.perf_counter()
         opt.zero_grad()
         loss.backward()
         t3 = time.perf_counter()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         t4 = time.perf_counter()
         wait += t1 - t0
         images += len(y)
@@ -127,9 +152,9 @@ def main():
     del it
     if trace:
         trace.close()
-    seconds = torch.tensor([end - start, end - steady_start], dtype=torch.float64)
+    seconds = torch.tensor([end - start, end - steady_start], dtype=torch.float64, device=device)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-    counts = torch.tensor([images, steady_images], dtype=torch.float64)
+    counts = torch.tensor([images, steady_images], dtype=torch.float64, device=device)
     dist.all_reduce(counts)
     if rank == 0:
         s, ss = seconds.tolist()

@@ -1,6 +1,6 @@
 """Writes an ImageNet-like ImageFolder of JPEG photographs for the loader benchmarks.
 
-usage: make_imagefolder.py OUT --classes C --train N --val M [--seed S] [--quality 90]
+usage: make_imagefolder.py OUT --classes C --train N --val M [--seed S] [--quality 90] [--jobs J]
 
 OUT/train/<class>/<class>_<k>.JPEG (N images per class) and OUT/val/<class>/<class>_val_<k>.JPEG
 (M per class), class names like ImageNet's WordNet ids (n00000000, n00000001, ...). Each image is
@@ -19,6 +19,7 @@ its own random stream, so the first images of a larger set are those of a smalle
 Prints the files written, their bytes and mean size, and the seconds taken.
 """
 import argparse
+import multiprocessing
 import os
 import sys
 import time
@@ -110,6 +111,26 @@ def class_name(c):
     return f"n{c:08d}"
 
 
+def write_class(out, split, split_id, c, count, seed, quality):
+    """Writes class c's `count` images of `split`; returns (files, bytes, pixels)."""
+    photos = load_photos()
+    name = class_name(c)
+    folder = os.path.join(out, split, name)
+    os.makedirs(folder, exist_ok=True)
+    files = total = pixels = 0
+    for k in range(count):
+        # One stream per image: independent of how many classes/images there are.
+        rng = np.random.default_rng([seed, split_id, c, k])
+        im = make_image(photos, c, rng)
+        stem = f"{name}_{k}" if split == "train" else f"{name}_val_{k}"
+        path = os.path.join(folder, stem + ".JPEG")
+        im.save(path, "JPEG", quality=quality, subsampling=2, optimize=False)
+        files += 1
+        total += os.path.getsize(path)
+        pixels += im.width * im.height
+    return files, total, pixels
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
@@ -118,29 +139,25 @@ def main():
     p.add_argument("--val", type=int, required=True, help="images per class in val/")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quality", type=int, default=90)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes writing classes side by side (the files are the same)")
     args = p.parse_args()
-    if args.classes < 1 or args.train < 0 or args.val < 0:
-        sys.exit("make_imagefolder: --classes must be >= 1, --train and --val >= 0")
+    if args.classes < 1 or args.train < 0 or args.val < 0 or args.jobs < 1:
+        sys.exit("make_imagefolder: --classes and --jobs must be >= 1, --train and --val >= 0")
     start = time.perf_counter()
-    photos = load_photos()
+    photos = load_photos()  # here too: a missing photograph fails before any process starts
+    splits = (("train", 0, args.train), ("val", 1, args.val))
+    work = [(args.out, split, split_id, c, count, args.seed, args.quality)
+            for split, split_id, count in splits for c in range(args.classes)]
+    if args.jobs == 1:
+        results = [write_class(*w) for w in work]
+    else:
+        with multiprocessing.Pool(args.jobs) as pool:
+            results = pool.starmap(write_class, work)
     stats = {}
-    for split, split_id, count in (("train", 0, args.train), ("val", 1, args.val)):
-        files = total = pixels = 0
-        for c in range(args.classes):
-            name = class_name(c)
-            folder = os.path.join(args.out, split, name)
-            os.makedirs(folder, exist_ok=True)
-            for k in range(count):
-                # One stream per image: independent of how many classes/images there are.
-                rng = np.random.default_rng([args.seed, split_id, c, k])
-                im = make_image(photos, c, rng)
-                stem = f"{name}_{k}" if split == "train" else f"{name}_val_{k}"
-                path = os.path.join(folder, stem + ".JPEG")
-                im.save(path, "JPEG", quality=args.quality, subsampling=2, optimize=False)
-                files += 1
-                total += os.path.getsize(path)
-                pixels += im.width * im.height
-        stats[split] = (files, total, pixels)
+    for (_, split, *_), (files, total, pixels) in zip(work, results):
+        f, t, px = stats.get(split, (0, 0, 0))
+        stats[split] = (f + files, t + total, px + pixels)
     seconds = time.perf_counter() - start
     for split, (files, total, pixels) in stats.items():
         mean = total / files if files else 0

@@ -49,6 +49,19 @@ endif()
 if(PkgConfig_FOUND AND NOT DDP_WANT_JPEG STREQUAL "OFF")
   pkg_check_modules(TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
 endif()
+if(NOT TURBOJPEG_FOUND AND NOT DDP_WANT_JPEG STREQUAL "OFF")
+  # Without pkg-config's file (a machine without pkg-config, or a copy of the library given as
+  # -DDDP_TURBOJPEG_INCLUDE_DIR=… -DDDP_TURBOJPEG_LIBRARY=…, as scripts/gpu-check.sh does): the
+  # header and the library themselves, under the same target name.
+  find_path(DDP_TURBOJPEG_INCLUDE_DIR turbojpeg.h)
+  find_library(DDP_TURBOJPEG_LIBRARY NAMES turbojpeg)
+  if(DDP_TURBOJPEG_INCLUDE_DIR AND DDP_TURBOJPEG_LIBRARY)
+    add_library(PkgConfig::TURBOJPEG INTERFACE IMPORTED)
+    target_include_directories(PkgConfig::TURBOJPEG INTERFACE "${DDP_TURBOJPEG_INCLUDE_DIR}")
+    target_link_libraries(PkgConfig::TURBOJPEG INTERFACE "${DDP_TURBOJPEG_LIBRARY}")
+    set(TURBOJPEG_FOUND ON)
+  endif()
+endif()
 ddp_decide_part(JPEG "${TURBOJPEG_FOUND}"
                 "libturbojpeg was not found through pkg-config (Debian: pkg-config, libturbojpeg0-dev)")
 if(PkgConfig_FOUND AND NOT DDP_WANT_PNG STREQUAL "OFF")
