@@ -105,7 +105,7 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
       concat(env::kUseAgentStore, "=True"),
       concat(env::kStorePrefix, "=", rdzv.worker_prefix(round))};
   if (round.newcomer) environment.push_back(concat(env::kNewcomer, "=1"));
-  // Where rank 0 keeps the job's progress, the same key in every round, and why this round
+  // Where rank 0 keeps the job's progress (each round under its number) and why this round
   // began: the next round's rank 0 says what the change lost (job_progress.h).
   environment.push_back(concat(env::kProgressKey, "=", rdzv.progress_key()));
   if (!round.cause.empty()) environment.push_back(concat(env::kRoundCause, "=", round.cause));

@@ -110,7 +110,7 @@ class ElasticRendezvous {
   std::string lost_store() const;
   /// The store prefix of `round`'s workers.
   std::string worker_prefix(const Round& round) const;
-  /// The key, outside every round's prefix, where the job's rank 0 keeps its progress.
+  /// The key, outside every round's prefix, under which each round's rank 0 keeps its progress.
   std::string progress_key() const;
 
  private:
