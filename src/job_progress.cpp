@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ddp/error.h"
+#include "ddp/flight_recorder.h"  // unix_microseconds
 #include "store_text.h"
 #include "tcp_store.h"
 
@@ -121,8 +122,7 @@ void JobProgress::publish(int64_t step) {
   {
     const std::lock_guard<std::mutex> lock(sender_->mutex);
     sender_->record.step = step;
-    sender_->record.time =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    sender_->record.time = double(unix_microseconds()) * 1e-6;
     sender_->pending = true;
   }
   sender_->changed.notify_one();

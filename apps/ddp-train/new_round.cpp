@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ddp/error.h"
+#include "ddp/flight_recorder.h"  // unix_microseconds
 
 namespace ddp::train {
 
@@ -16,9 +17,7 @@ void report_new_round(Training& t, const JobProgress& progress, int64_t resumed_
   const int64_t reached = last ? std::max(last->step, resumed_step) : resumed_step;
   const int64_t lost = reached - resumed_step;
   const int old_world = last ? last->world_size : 0;
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-          .count();  // Unix seconds
+  const double now = double(unix_microseconds()) * 1e-6;  // Unix seconds
   const std::string because = progress.cause().empty() ? "" : ", because " + progress.cause();
   char what[200];
   if (last) {
