@@ -1,10 +1,12 @@
 // ddp-train on an image folder, end to end: two ranks train torchvision's ResNet-18 on JPEGs with
 // the same weights, its export loads into torchvision, torchvision's weights start a run,
-// preview draws the batch, and a bad file stops the run naming it, or is skipped and counted.
+// preview draws the batch, and a bad file stops the run naming it, or is skipped and counted;
+// README's own-images commands run as written.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "support/parts.h"
 #include "support/process.h"
@@ -152,6 +154,52 @@ TEST_F(ImageFolderTrainerTest, BadFlagsAndFoldersAreNamed) {
   EXPECT_NE(error_of(train(dir.path(), {})).find(dir / "train"), std::string::npos);
   EXPECT_NE(error_of(train(images(), {"--image-size", "8"})).find("--image-size"),
             std::string::npos);
+}
+
+// README's own-images quick start: its ```sh block after "Your own images", each command's
+// words as written (build/ddp-train this build's, DIR the fixture's folder), training cut to 2
+// steps; then its resnet18.pt must load into torchvision's resnet18 as README says.
+std::vector<std::vector<std::string>> readme_own_images_commands() {
+  const std::string readme = test::read_file(test::source_dir() + "/README.md");
+  const auto section = readme.find("Your own images");
+  const auto begin = section == std::string::npos ? section : readme.find("```sh\n", section);
+  const auto end = begin == std::string::npos ? begin : readme.find("```", begin + 6);
+  if (end == std::string::npos) return {};
+  std::vector<std::vector<std::string>> commands;
+  std::istringstream lines(readme.substr(begin + 6, end - begin - 6));
+  bool continued = false;  // the line before ended in '\\': this one goes on its command
+  for (std::string line; std::getline(lines, line);) {
+    if (!continued || commands.empty()) commands.emplace_back();
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word != "\\") commands.back().push_back(word);
+    }
+    continued = !line.empty() && line.back() == '\\';
+    if (commands.back().empty()) commands.pop_back();  // a blank line
+  }
+  return commands;
+}
+
+TEST_F(ImageFolderTrainerTest, TheReadmesOwnImagesCommandsRunAsWritten) {
+  if (!test::parts::kCairo) GTEST_SKIP() << "built without cairo (preview draws with it)";
+  test::TempDir dir;
+  const auto commands = readme_own_images_commands();
+  ASSERT_EQ(commands.size(), 2u) << "README's own-images block is no longer preview + training";
+  for (auto argv : commands) {
+    ASSERT_EQ(argv[0], "build/ddp-train");
+    argv[0] = test::train_bin();
+    for (auto& word : argv) {
+      if (word == "DIR") word = images();
+      if (word == "batch.png" || word == "resnet18.pt") word = dir / word;
+    }
+    if (argv[1] != "preview") argv.insert(argv.end(), {"--epochs", "1", "--max-steps", "2"});
+    const auto r = test::run(argv, {}, 240s);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  EXPECT_GT(std::filesystem::file_size(dir / "batch.png"), 1000u);
+  const auto check = test::run_python("torchvision_resnet.py",
+                                      {"check", dir / "resnet18.pt", "18", "4", dir / "logits.pt"});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
 }  // namespace
