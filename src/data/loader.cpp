@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <c10/util/ParallelGuard.h>
+#include <c10/util/accumulate.h>
 
 #include "data/splitmix.h"
 #include "ddp/error.h"
@@ -103,7 +103,11 @@ bool Loader::claim(int64_t& item) {
   if (item % size == 0) {  // its batch's first sample: items are claimed in order
     auto pending = std::make_unique<Pending>();
     pending->remaining = batch_rows(item / size);
-    start_batch(*pending, item / size);
+    try {
+      start_batch(*pending, item / size);
+    } catch (...) {  // no memory for it: the batch carries the error to next(), which throws it
+      pending->error = std::current_exception();
+    }
     pending_.emplace(item / size, std::move(pending));
   }
   return true;
@@ -126,25 +130,36 @@ torch::Tensor Loader::allocate(int64_t rows, c10::IntArrayRef row_shape, torch::
   if (channels_last && sizes.size() == 4) {
     options = options.memory_format(torch::MemoryFormat::ChannelsLast);
   }
-  return torch::empty(sizes, options);
+  try {
+    return torch::empty(sizes, options);
+  } catch (const c10::Error& e) {
+    const double megabytes =
+        double(c10::multiply_integers(sizes)) * double(c10::elementSize(type)) / (1024.0 * 1024.0);
+    throw Error(concat("loader: no memory for a batch of ", c10::IntArrayRef(sizes), " (",
+                       megabytes, " MiB", options_.pin_memory() ? ", page-locked" : "", "; up to ",
+                       options_.prefetch(), " are made ahead): ", e.what_without_backtrace(),
+                       ". Use a smaller batch or image size"));
+  }
 }
 
 void Loader::work() {
-  // Each worker makes one sample at a time, so LibTorch's own threads would only compete with
-  // the other workers (and the training): operations here run single-threaded.
-  c10::ParallelGuard single_threaded(true);
+  // No guard against LibTorch's intra-op threads here: c10::ParallelGuard does not stop
+  // at::parallel_for (LibTorch 2.14, OpenMP or native) and LibTorch 1.13 has no such header. The
+  // built-in sources write their rows with plain loops, so nothing here is split anyway.
   int64_t item = 0;
   while (claim(item)) {
     const int64_t size = options_.batch_size();
     const SampleContext context{indices_[size_t(item)], epoch_, item / size, item % size};
     Pending* pending = nullptr;
+    bool failed = false;  // the batch has failed already: its other rows are not made
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending = pending_.at(context.batch).get();
+      failed = pending->error != nullptr;
     }
     std::exception_ptr error;
     try {
-      make_row(*pending, context);
+      if (!failed) make_row(*pending, context);
     } catch (...) {
       // Kept with its batch: the steps before it still run, and a batch never asked for
       // (--max-steps) fails nothing.

@@ -6,6 +6,14 @@ namespace ddp::data {
 
 torch::Tensor SampleSource::write(const SampleContext& context, const torch::Tensor& row) const {
   const Example example = get(context);
+  // copy_ would broadcast a [1, H, W] sample into 3 channels without a word: refuse it, as the
+  // loader refuses a mismatch for sources without data_shape().
+  if (!example.data.defined() || example.data.sizes() != row.sizes()) {
+    throw InvalidArgument(
+        concat("sample ", context.index, " has data of shape ",
+               example.data.defined() ? c10::str(example.data.sizes()) : std::string("(none)"),
+               " where its source's data_shape() says ", row.sizes()));
+  }
   row.copy_(example.data);
   return example.target;
 }
@@ -33,10 +41,8 @@ DatasetSource::DatasetSource(std::shared_ptr<const Dataset> dataset, TransformOp
 Example DatasetSource::get(const SampleContext& context) const {
   const ImageShape s = dataset_.shape();
   torch::Tensor image = torch::empty({s.channels, s.height, s.width}, torch::kFloat32);
-  // The random transforms keep their (epoch, batch, slot) keys: the same pixels as before the
-  // loader had threads, so earlier runs' fingerprints still hold.
-  transform_image(dataset_, size_t(context.index), transforms_, context.epoch, context.batch,
-                  size_t(context.slot), image.data_ptr<float>());
+  transform_image(dataset_, size_t(context.index), transforms_, context.epoch,
+                  image.data_ptr<float>());
   return {image,
           torch::scalar_tensor(int64_t(dataset_.label(size_t(context.index))), torch::kInt64)};
 }

@@ -30,17 +30,17 @@ void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vect
 }
 
 void transform_image(const Dataset& dataset, size_t index, const TransformOptions& options,
-                     int64_t epoch, int64_t batch, size_t slot, float* out) {
+                     int64_t epoch, float* out) {
   const ImageShape shape = dataset.shape();
   const uint8_t* in = dataset.image(index);
   const int pad = options.crop_padding();
   int dy = 0, dx = 0;
   bool flip = false;
   if (pad > 0 || options.horizontal_flip()) {
-    // One generator per image, derived from its batch coordinates.
+    // One generator per image and epoch. Keyed on the image, not on its place in a batch: the
+    // ranks' batches hold different images at the same place, and must not share their draws.
     std::mt19937_64 rng(
-        splitmix64(options.seed() ^
-                   splitmix64(uint64_t(epoch) ^ splitmix64(uint64_t(batch) ^ splitmix64(slot)))));
+        splitmix64(options.seed() ^ splitmix64(uint64_t(epoch) ^ splitmix64(uint64_t(index)))));
     if (pad > 0) {
       dy = int(rng() % uint64_t(2 * pad + 1)) - pad;
       dx = int(rng() % uint64_t(2 * pad + 1)) - pad;

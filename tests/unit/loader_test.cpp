@@ -1,6 +1,9 @@
 // The prefetching loader: batches in index order, last partial batch kept, the same batches as
-// made directly, errors surfaced.
+// made directly, an image's random crop and flip its own, errors surfaced (a batch without
+// memory, a sample of another shape than its source says).
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include <torch/torch.h>
 
@@ -63,6 +66,89 @@ TEST(Loader, DropLastAndSkipAndRestart) {
   EXPECT_TRUE(loader.next().has_value());
   loader.start_epoch(indices, 2);  // and while batches are pending
   EXPECT_EQ(loader.next()->index, 0);
+}
+
+// The random crop and flip belong to (seed, epoch, image), not to a place in a batch: two ranks'
+// batches hold different images at the same places and must not share their draws, and a run at
+// another world size, batch size or thread count augments each image the same way.
+TEST(Loader, AnImagesCropAndFlipDoNotDependOnItsPlace) {
+  test::TempDir dir;
+  write_synthetic_cifar10(dir.path(), SyntheticOptions(40, 5).seed(1));
+  Cifar10Dataset data(dir.path(), Split::kTrain);
+  TransformOptions augment;
+  augment.crop_padding(4).horizontal_flip(true).seed(3);
+  auto rows_by_image = [&](std::vector<int64_t> indices, int64_t batch_size, int threads) {
+    Loader loader(data,
+                  LoaderOptions().batch_size(batch_size).threads(threads).transforms(augment));
+    loader.start_epoch(indices, 1);
+    std::map<int64_t, torch::Tensor> rows;
+    size_t pos = 0;
+    while (auto batch = loader.next()) {
+      for (int64_t j = 0; j < batch->images.size(0); ++j) rows[indices[pos++]] = batch->images[j];
+    }
+    return rows;
+  };
+  std::vector<int64_t> rank0, rank1;  // DistributedSampler's split of 0..39 without shuffling
+  for (int64_t i = 0; i < 40; i += 2) rank0.push_back(i), rank1.push_back(i + 1);
+  const auto a = rows_by_image(rank0, 4, 1);
+  const auto b = rows_by_image({rank0.rbegin(), rank0.rend()}, 7, 2);
+  for (const auto& [image, row] : a) EXPECT_TRUE(torch::equal(row, b.at(image))) << image;
+  // At the same places in the two ranks' batches, the draws differ: some row's crop or flip is
+  // not what the other rank's image at that place got (same shift and flip would leave a border
+  // of zeros, or its absence, at the same columns in both).
+  const auto c = rows_by_image(rank1, 4, 1);
+  int same_zero_pattern = 0;
+  for (size_t k = 0; k < rank0.size(); ++k) {
+    const torch::Tensor zeros0 = a.at(rank0[k]).eq(0).all(0);
+    const torch::Tensor zeros1 = c.at(rank1[k]).eq(0).all(0);
+    same_zero_pattern += torch::equal(zeros0, zeros1);
+  }
+  EXPECT_LT(same_zero_pattern, int(rank0.size())) << "every place drew the same crop on both ranks";
+}
+
+// A source that says its samples' shape: the loader allocates whole batches from it.
+class ShapedSource : public SampleSource {
+ public:
+  ShapedSource(std::vector<int64_t> declared, std::vector<int64_t> returned)
+      : declared_(std::move(declared)), returned_(std::move(returned)) {}
+  size_t size() const override { return 8; }
+  std::vector<int64_t> data_shape() const override { return declared_; }
+  Example get(const SampleContext& c) const override {
+    return {torch::full(returned_, float(c.index)), torch::scalar_tensor(c.index)};
+  }
+
+ private:
+  std::vector<int64_t> declared_, returned_;
+};
+
+TEST(Loader, ABatchWithoutMemoryOrASampleOfAnotherShapeFailsNextNotTheProcess) {
+  const std::vector<int64_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+  // 2^52 floats a row: no machine has it, so the batch's allocation throws in a loader thread.
+  Loader huge(std::make_shared<ShapedSource>(std::vector<int64_t>{1 << 26, 1 << 26},
+                                             std::vector<int64_t>{1}),
+              LoaderOptions().batch_size(4).threads(2));
+  huge.start_epoch(all, 0);
+  try {
+    huge.next();
+    ADD_FAILURE() << "a batch of 2^54 floats was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory for a batch of [4, 67108864, 67108864]"),
+              std::string::npos)
+        << e.what();
+  }
+  Loader wrong(
+      std::make_shared<ShapedSource>(std::vector<int64_t>{3, 2, 2}, std::vector<int64_t>{1, 2, 2}),
+      LoaderOptions().batch_size(4).threads(2));
+  wrong.start_epoch(all, 0);
+  try {
+    wrong.next();
+    ADD_FAILURE() << "a [1, 2, 2] sample was broadcast into a [3, 2, 2] row";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("data of shape [1, 2, 2] where its source's "
+                                         "data_shape() says [3, 2, 2]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Loader, RejectsIndicesOutsideTheDataSet) {

@@ -21,9 +21,9 @@ class TransformsTest : public ::testing::Test {
     return torch::from_blob(const_cast<uint8_t*>(data_->image(i)), {3, 32, 32}, torch::kUInt8)
         .clone();
   }
-  torch::Tensor apply(const TransformOptions& t, size_t i, int64_t epoch = 0, int64_t batch = 0) {
+  torch::Tensor apply(const TransformOptions& t, size_t i, int64_t epoch = 0) {
     torch::Tensor out = torch::empty({3, 32, 32});
-    transform_image(*data_, i, t, epoch, batch, i, out.data_ptr<float>());
+    transform_image(*data_, i, t, epoch, out.data_ptr<float>());
     return out;
   }
   test::TempDir dir_;
@@ -51,14 +51,14 @@ TEST_F(TransformsTest, CropAndFlipAreReproducibleAndAreCropsAndFlips) {
   t.crop_padding(4);
   t.horizontal_flip(true);
   t.seed(9);
-  EXPECT_TRUE(torch::equal(apply(t, 3, 1, 7), apply(t, 3, 1, 7)));
+  EXPECT_TRUE(torch::equal(apply(t, 3, 7), apply(t, 3, 7)));
   // Each result equals some shift of the zero-padded image, flipped or not.
   const torch::Tensor padded =
       torch::constant_pad_nd(raw(3).to(torch::kFloat32) / 255, {4, 4, 4, 4});
   int distinct = 0;
   torch::Tensor first;
-  for (int64_t batch = 0; batch < 8; ++batch) {
-    const torch::Tensor out = apply(t, 3, 0, batch);
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    const torch::Tensor out = apply(t, 3, epoch);
     bool found = false;
     for (int dy = 0; dy <= 8 && !found; ++dy) {
       for (int dx = 0; dx <= 8 && !found; ++dx) {
@@ -66,8 +66,8 @@ TEST_F(TransformsTest, CropAndFlipAreReproducibleAndAreCropsAndFlips) {
         found = torch::equal(out, crop) || torch::equal(out, crop.flip({2}));
       }
     }
-    EXPECT_TRUE(found) << "batch " << batch;
-    if (batch == 0)
+    EXPECT_TRUE(found) << "epoch " << epoch;
+    if (epoch == 0)
       first = out;
     else
       distinct += !torch::equal(out, first);

@@ -48,7 +48,7 @@ class SampleSource {
   virtual torch::Tensor write(const SampleContext& context, const torch::Tensor& row) const;
 };
 
-/// An in-memory image set with the per-batch transforms of transforms.h: float32 CHW images and
+/// An in-memory image set with the transforms of transforms.h: float32 CHW images and
 /// int64 labels, exactly what transform_image() writes. The data set must outlive it.
 class DatasetSource : public SampleSource {
  public:

@@ -29,8 +29,9 @@ struct TransformOptions {
 void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vector<float>& std);
 
 /// Writes image `index` of `dataset`, transformed, as floats into `out` (shape().bytes()
-/// values). `epoch` and `batch` seed the random transforms; `slot` is its place in the batch.
+/// values). The random transforms are drawn from (seed, epoch, index): the same image gets the
+/// same crop and flip in an epoch whatever the rank, world size, batch size or thread.
 void transform_image(const Dataset& dataset, size_t index, const TransformOptions& options,
-                     int64_t epoch, int64_t batch, size_t slot, float* out);
+                     int64_t epoch, float* out);
 
 }  // namespace ddp::data
