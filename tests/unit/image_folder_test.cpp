@@ -2,6 +2,8 @@
 // same order, evaluation pixels equal to torchvision's, training crops equal to
 // F.resized_crop's for the same box; bad files named, refused or skipped; batches the same on
 // any number of loader threads.
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -93,6 +95,24 @@ TEST(ImageFolder, RefusesWhatItCannotUseWhileIndexing) {
         << e.what();
   }
   EXPECT_THROW(ImageFolder(dir / "missing"), IoError);
+  // A FIFO named x.jpg would block the thread that opens it for ever; a broken link fails late.
+  for (const std::string kind : {"fifo", "broken-link"}) {
+    const std::string special = dir / ("special-" + kind);
+    std::filesystem::create_directories(special + "/c");
+    const std::string file = special + "/c/x.jpg";
+    if (kind == "fifo") {
+      ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+    } else {
+      std::filesystem::create_symlink(special + "/nowhere.jpg", file);
+    }
+    try {
+      ImageFolder folder(special);
+      ADD_FAILURE() << "a " << kind << " named x.jpg was accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("c/x.jpg: not a regular file"), std::string::npos)
+          << e.what();
+    }
+  }
   std::filesystem::create_directories(dir / "flat");
   std::ofstream(dir / "flat/x.jpg") << "x";
   EXPECT_THROW(ImageFolder(dir / "flat"), DataError);  // no class folder
