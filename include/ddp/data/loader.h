@@ -57,7 +57,9 @@ struct LoaderOptions {
   TORCH_ARG(int, prefetch) = 8;
   TORCH_ARG(int, threads) = 1;             // threads making samples
   TORCH_ARG(bool, channels_last) = false;  // images in NHWC memory (same logical shape)
-  TORCH_ARG(bool, pin_memory) = false;     // batches in page-locked memory, for a GPU
+  /// Batches in page-locked memory, for a GPU. They come from PyTorch's pinned-memory cache,
+  /// which rounds each up to a power of two and keeps freed blocks for the next batches.
+  TORCH_ARG(bool, pin_memory) = false;
   TORCH_ARG(OnBadSample, on_bad_sample) = OnBadSample::kStop;
   TORCH_ARG(uint64_t, seed) = 0;  // chooses the replacements of bad samples
   /// Used only by the constructor from a Dataset (the in-memory sets).
