@@ -70,7 +70,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return mine;
 }
 
-void DistributedSampler::reset(std::optional<size_t> new_size) {
+void DistributedSampler::reset(c10::optional<size_t> new_size) {
   if (new_size) {
     dataset_size_ = int64_t(*new_size);
     taken_ = std::min(taken_, dataset_size_);
@@ -94,9 +94,9 @@ void DistributedSampler::reset(std::optional<size_t> new_size) {
   position_ = 0;
 }
 
-std::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
+c10::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
   if (!started_) reset();  // a loader that never reset: the first epoch
-  if (position_ >= order_.size() || batch_size == 0) return std::nullopt;
+  if (position_ >= order_.size() || batch_size == 0) return c10::nullopt;
   const size_t end = std::min(order_.size(), position_ + batch_size);
   std::vector<size_t> batch(order_.begin() + std::ptrdiff_t(position_),
                             order_.begin() + std::ptrdiff_t(end));

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include <torch/arg.h>
@@ -58,12 +57,13 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   int64_t total_size() const { return total_size_; }
   const SamplerOptions& options() const { return options_; }
 
-  // LibTorch's sampler interface (torch::data::make_data_loader).
+  // LibTorch's sampler interface (torch::data::make_data_loader). It speaks c10::optional:
+  // std::optional itself in recent LibTorch, a type of its own in 1.13 (Debian 12's).
   /// Starts a pass: the next epoch (or the one set_epoch() chose); `new_size` re-sizes the data
   /// set.
-  void reset(std::optional<size_t> new_size = std::nullopt) override;
+  void reset(c10::optional<size_t> new_size = c10::nullopt) override;
   /// Up to `batch_size` of this rank's next indices; nothing at the end of the epoch.
-  std::optional<std::vector<size_t>> next(size_t batch_size) override;
+  c10::optional<std::vector<size_t>> next(size_t batch_size) override;
   /// The epoch and the position in it, so a loader resumes where it was: the reset() that
   /// LibTorch's loader makes at its next pass keeps them. load() checks the shard is the same.
   void save(torch::serialize::OutputArchive& archive) const override;
