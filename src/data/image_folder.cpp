@@ -42,20 +42,12 @@ bool is_dir_following_links(const fs::directory_entry& entry) {
   return entry.is_directory(error);
 }
 
-// Whether the entry is a regular file, following symlinks (from the listing's type, as above).
-// A FIFO named x.jpg would block its reader for ever; a broken link fails only when read.
-bool is_file_following_links(const fs::directory_entry& entry) {
-  std::error_code error;
-  return entry.is_regular_file(error);
-}
-
-// os.walk(dir, followlinks=True), then sorted: directory path -> its non-directory entries, and
-// the paths of those that are not regular files (FIFOs, sockets, devices, broken links).
+// os.walk(dir, followlinks=True), then sorted: directory path -> its non-directory entries.
 // A directory that is its own ancestor through a symlink is not entered again (os.walk would
 // recurse until the path is too long); two links to one directory are both walked, as os.walk
 // does; an unreadable sub-directory is left out, as os.walk's default does.
 void walk(const fs::path& dir, std::map<std::string, std::vector<std::string>>& files,
-          std::set<std::string>& not_files, std::set<std::pair<dev_t, ino_t>>& ancestors) {
+          std::set<std::pair<dev_t, ino_t>>& ancestors) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !ancestors.insert({st.st_dev, st.st_ino}).second) return;
   std::error_code error;
@@ -69,11 +61,10 @@ void walk(const fs::path& dir, std::map<std::string, std::vector<std::string>>& 
       subdirs.push_back(it->path());
     } else {
       names.push_back(it->path().filename().string());
-      if (!is_file_following_links(*it)) not_files.insert(it->path().string());
     }
   }
   std::sort(names.begin(), names.end());
-  for (const fs::path& sub : subdirs) walk(sub, files, not_files, ancestors);
+  for (const fs::path& sub : subdirs) walk(sub, files, ancestors);
   ancestors.erase({st.st_dev, st.st_ino});
 }
 
@@ -128,9 +119,8 @@ ImageFolder::ImageFolder(const std::string& root) : root_(root) {
 void ImageFolder::add_class(int label) {
   const fs::path class_dir = fs::path(root_) / classes_[size_t(label)];
   std::map<std::string, std::vector<std::string>> files;
-  std::set<std::string> not_files;
   std::set<std::pair<dev_t, ino_t>> ancestors;
-  walk(class_dir, files, not_files, ancestors);
+  walk(class_dir, files, ancestors);
   const size_t prefix = root_.size() + (root_.back() == '/' ? 0 : 1);  // paths below root
   for (const auto& [dir, names] : files) {
     for (const std::string& name : names) {
@@ -143,11 +133,6 @@ void ImageFolder::add_class(int label) {
                                root_));
       }
       if (!ends_with_any(lowered, kDecoded)) continue;
-      if (not_files.count(dir + "/" + name) != 0) {
-        throw DataError(concat(dir, "/", name,
-                               ": not a regular file (a FIFO, socket, device or broken link); "
-                               "remove it or point it at an image"));
-      }
       paths_ += (fs::path(dir) / name).string().substr(prefix);
       offsets_.push_back(paths_.size());
       labels_.push_back(int32_t(label));

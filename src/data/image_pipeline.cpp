@@ -19,11 +19,17 @@ const std::vector<float> kImageNetStd = {0.229f, 0.224f, 0.225f};
 namespace {
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe called x.jpg would otherwise block open() until a writer comes,
+  // and with it the loader thread, next() and every other rank.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw IoError(concat(path, ": cannot open: ", std::strerror(errno)));
   std::vector<uint8_t> bytes;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) bytes.reserve(size_t(st.st_size));
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(concat(path, ": not a regular file (a named pipe, socket or device)"));
+  }
+  if (st.st_size > 0) bytes.reserve(size_t(st.st_size));
   uint8_t chunk[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);

@@ -31,6 +31,8 @@ OUT (made if missing; its old contents are left where not overwritten: give a fr
                     as root want dangling-symlink instead)
   dangling-symlink  ant/bad_dangling.jpg -> missing.jpg (listed by ImageFolder, FileNotFoundError
                     when loaded)
+  fifo              ant/bad_fifo.jpg: a named pipe (listed by ImageFolder; Pillow's open()
+                    blocks for ever waiting for a writer)
   empty-class       a class folder empty/ holding only empty.txt (ImageFolder(OUT) raises
                     FileNotFoundError: "Found no valid file for the classes empty")
   unsupported-bmp   ant/bad_format.bmp: a valid BMP (an ImageFolder extension; Pillow reads it,
@@ -49,7 +51,7 @@ import numpy as np
 from PIL import Image
 
 BAD_KINDS = ["truncated-jpeg", "zero-byte", "text-as-jpg", "bomb", "unreadable",
-             "dangling-symlink", "empty-class", "unsupported-bmp", "unsupported-webp"]
+             "dangling-symlink", "fifo", "empty-class", "unsupported-bmp", "unsupported-webp"]
 
 
 def picture(w, h, seed):
@@ -226,6 +228,9 @@ def write_bad(w, kind, seed):
         os.chmod(os.path.join(w.out, "ant/bad_unreadable.jpg"), 0)
     elif kind == "dangling-symlink":
         w.symlink("ant/bad_dangling.jpg", "missing.jpg", "bad: dangling symlink")
+    elif kind == "fifo":
+        os.mkfifo(os.path.join(w.out, "ant/bad_fifo.jpg"))
+        w.lines.append(("ant/bad_fifo.jpg", "bad: a named pipe", 0))
     elif kind == "empty-class":
         w.dir("empty", "bad: a class folder without images")
         w.file("empty/empty.txt", b"no images here\n", "ignored: the empty class's only file")

@@ -2,8 +2,6 @@
 // same order, evaluation pixels equal to torchvision's, training crops equal to
 // F.resized_crop's for the same box; bad files named, refused or skipped; batches the same on
 // any number of loader threads.
-#include <sys/stat.h>
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -95,24 +93,6 @@ TEST(ImageFolder, RefusesWhatItCannotUseWhileIndexing) {
         << e.what();
   }
   EXPECT_THROW(ImageFolder(dir / "missing"), IoError);
-  // A FIFO named x.jpg would block the thread that opens it for ever; a broken link fails late.
-  for (const std::string kind : {"fifo", "broken-link"}) {
-    const std::string special = dir / ("special-" + kind);
-    std::filesystem::create_directories(special + "/c");
-    const std::string file = special + "/c/x.jpg";
-    if (kind == "fifo") {
-      ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
-    } else {
-      std::filesystem::create_symlink(special + "/nowhere.jpg", file);
-    }
-    try {
-      ImageFolder folder(special);
-      ADD_FAILURE() << "a " << kind << " named x.jpg was accepted";
-    } catch (const DataError& e) {
-      EXPECT_NE(std::string(e.what()).find("c/x.jpg: not a regular file"), std::string::npos)
-          << e.what();
-    }
-  }
   std::filesystem::create_directories(dir / "flat");
   std::ofstream(dir / "flat/x.jpg") << "x";
   EXPECT_THROW(ImageFolder(dir / "flat"), DataError);  // no class folder
@@ -215,13 +195,13 @@ TEST(Loader, ImageBatchesAreTheSameOnAnyNumberOfThreads) {
 TEST(Loader, BadFilesStopWithTheirNameOrAreSkippedDeterministically) {
   SKIP_WITHOUT_DECODERS();
   test::TempDir dir;
-  const std::string root =
-      make_folder(dir, {"truncated-jpeg", "zero-byte", "text-as-jpg", "bomb", "dangling-symlink"});
+  const std::string root = make_folder(
+      dir, {"truncated-jpeg", "zero-byte", "text-as-jpg", "bomb", "dangling-symlink", "fifo"});
   const auto eval = source(root, Kind::kEval, 32);
   std::vector<int64_t> all;
   for (int64_t i = 0; i < int64_t(eval->size()); ++i) all.push_back(i);
-  for (const char* name :
-       {"bad_truncated.jpg", "bad_empty.jpg", "bad_text.jpg", "bad_bomb.png", "bad_dangling.jpg"}) {
+  for (const char* name : {"bad_truncated.jpg", "bad_empty.jpg", "bad_text.jpg", "bad_bomb.png",
+                           "bad_dangling.jpg", "bad_fifo.jpg"}) {
     int64_t index = -1;
     for (size_t i = 0; i < eval->size(); ++i) {
       if (eval->folder().path(i).find(name) != std::string::npos) index = int64_t(i);
