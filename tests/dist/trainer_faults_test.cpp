@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -99,13 +100,20 @@ TEST_F(TrainerTest, HangingRankIsNamedFromTheFlightRecords) {
     EXPECT_EQ(last_line.rfind("ddp-train: rank 1 never started", 0), 0u) << r.output;
     for (int rank = 0; rank < workers; ++rank)
       EXPECT_TRUE(std::filesystem::exists(out / concat("d/flight-rank-", rank, ".json"))) << rank;
-    // PyTorch's own analyzer reads the dumps written beside the records, and names rank 1 too.
+    // PyTorch's own analyzer reads the dumps written beside the records, and names rank 1 too
+    // (where the reference Python has one: Debian 12's torch 1.13 does not).
     const auto pytorch = test::run(
         {DDP_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace", out / "d"}, {}, 60s);
-    EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
-    EXPECT_NE(pytorch.output.find("Not all ranks joining collective"), std::string::npos)
-        << pytorch.output;
-    EXPECT_NE(pytorch.output.find("missing ranks: {1}"), std::string::npos) << pytorch.output;
+    if (pytorch.output.find("No module named 'torch.distributed.flight_recorder'") !=
+        std::string::npos) {
+      std::printf("not compared with torchfrtrace: %s has no torch.distributed.flight_recorder\n",
+                  DDP_PYTHON);
+    } else {
+      EXPECT_EQ(pytorch.exit_code, 0) << pytorch.output;
+      EXPECT_NE(pytorch.output.find("Not all ranks joining collective"), std::string::npos)
+          << pytorch.output;
+      EXPECT_NE(pytorch.output.find("missing ranks: {1}"), std::string::npos) << pytorch.output;
+    }
     const auto analysis = test::run({test::train_bin(), "analyze", out / "d"}, {}, 60s);
     EXPECT_EQ(analysis.exit_code, 0) << analysis.output;
     EXPECT_EQ(analysis.output.substr(0, analysis.output.find('\n')),

@@ -11,6 +11,7 @@ resize: writes source images (raw RGB) and, per case, the bytes PIL's resize giv
     resize SRC SRC_W SRC_H X0 Y0 X1 Y1 OUT_W OUT_H OUT      (Image.resize with box)
     crop SRC SRC_W SRC_H LEFT TOP W H OUT_W OUT_H OUT       (Image.crop(...).resize(...))
 Floats are written with repr(), so the test reads back the very doubles PIL was given.
+Both also write OUTPUT_DIR/pillow.txt: PIL.__version__, as the tests' expectations depend on it.
 """
 import ctypes
 import ctypes.util
@@ -22,6 +23,7 @@ import warnings
 import zlib
 
 import numpy as np
+import PIL
 from PIL import Image
 
 RNG = np.random.RandomState(1234)
@@ -256,7 +258,7 @@ def png_cases(w):
                                                 trns=struct.pack(">H", int(gray[0, 0]))))
         w.ok(f"rgb8_trns{tag}.png", write_png(base, 2, 8, interlace,
                                                trns=struct.pack(">HHH", *base[0, 0].tolist())))
-    # Indices past the end of the palette: PIL and libspng both give black.
+    # Indices past the end of the palette: libspng and Pillow (10.4 on; not 9.4) give black.
     w.ok("palette_out_of_range.png", write_png((np.arange(12).reshape(3, 4, 1) * 21) % 256, 3, 8,
                                                palette=[10, 20, 30, 40, 50, 60]))
     for width, height in ((1, 1), (1, 9), (9, 1), (3, 2)):  # Adam7 passes with nothing in them
@@ -360,3 +362,5 @@ if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("decode", "resize"):
         sys.exit(__doc__)
     {"decode": decode, "resize": resize}[sys.argv[1]](sys.argv[2])
+    with open(os.path.join(sys.argv[2], "pillow.txt"), "w") as f:
+        f.write(PIL.__version__ + "\n")

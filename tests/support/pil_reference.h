@@ -47,6 +47,7 @@ class PilReference {
       if (!line.empty()) lines_.push_back(line);
     }
     if (lines_.empty()) error_ = "image_reference.py wrote no cases into " + dir_;
+    std::ifstream(dir_ + "/pillow.txt") >> pillow_major_;
   }
   ~PilReference() {
     std::error_code ignored;
@@ -60,11 +61,14 @@ class PilReference {
   /// The manifest's lines (see image_reference.py).
   const std::vector<std::string>& lines() const { return lines_; }
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  /// The major version of the Pillow that wrote the files (0 when unknown).
+  int pillow_major() const { return pillow_major_; }
 
  private:
   std::string dir_;
   std::string error_;
   std::vector<std::string> lines_;
+  int pillow_major_ = 0;
 };
 
 /// The largest |a - b| over two byte vectors of the same size, and how many bytes differ.

@@ -1,6 +1,8 @@
 // JPEG and PNG decoding against PIL's Image.open(f).convert("RGB") (what torchvision's
 // ImageFolder gives): every reference file from tests/python/image_reference.py decodes to PIL's
 // very bytes, and every file PIL refuses is refused with a message naming it and the problem.
+// Pillow 9 (Debian 12's 9.4) does not give black for palette indices past the end of the palette,
+// as libspng and Pillow 10.4 and later do: that one file is compared only with Pillow 10 on.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -36,6 +38,7 @@ void expect_all_equal_to_pil(bool jpeg) {
     int width = 0, height = 0;
     fields >> name >> outcome >> width >> height;
     if (outcome != "ok" || is_jpeg_name(name) != jpeg) continue;
+    if (name == "palette_out_of_range.png" && ref.pillow_major() < 10) continue;
     SCOPED_TRACE(name);
     const std::vector<uint8_t> file = test::read_bytes(ref.path(name));
     const std::vector<uint8_t> expected = test::read_bytes(ref.path(name + ".rgb"));
