@@ -1,5 +1,5 @@
 // The data a run trains and evaluates on, whichever --dataset it is: a sample source for each
-// split (an in-memory set through its per-batch transforms, or an image folder through
+// split (an in-memory set through its transforms, or an image folder through
 // torchvision's pipelines), the shape the model takes, the class names, and the loader's
 // settings (--batch-size, --loader-threads, --on-bad-sample, pinned memory on a GPU).
 #pragma once

@@ -27,7 +27,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
   struct stat st {};
   if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw IoError(concat(path, ": not a regular file (a named pipe, socket or device)"));
+    throw IoError(concat(path, ": not a regular file (a named pipe, a device or a directory)"));
   }
   if (st.st_size > 0) bytes.reserve(size_t(st.st_size));
   uint8_t chunk[1 << 16];

@@ -105,7 +105,7 @@ bool Loader::claim(int64_t& item) {
     pending->remaining = batch_rows(item / size);
     try {
       start_batch(*pending, item / size);
-    } catch (...) {  // no memory for it: the batch carries the error to next(), which throws it
+    } catch (...) {  // it cannot be allocated: the batch carries the error to next()
       pending->error = std::current_exception();
     }
     pending_.emplace(item / size, std::move(pending));
@@ -135,10 +135,10 @@ torch::Tensor Loader::allocate(int64_t rows, c10::IntArrayRef row_shape, torch::
   } catch (const c10::Error& e) {
     const double megabytes =
         double(c10::multiply_integers(sizes)) * double(c10::elementSize(type)) / (1024.0 * 1024.0);
-    throw Error(concat("loader: no memory for a batch of ", c10::IntArrayRef(sizes), " (",
+    throw Error(concat("loader: cannot allocate a batch of ", c10::IntArrayRef(sizes), " (",
                        megabytes, " MiB", options_.pin_memory() ? ", page-locked" : "", "; up to ",
                        options_.prefetch(), " are made ahead): ", e.what_without_backtrace(),
-                       ". Use a smaller batch or image size"));
+                       ". If memory is short, use a smaller batch or image size"));
   }
 }
 

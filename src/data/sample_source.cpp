@@ -6,13 +6,15 @@ namespace ddp::data {
 
 torch::Tensor SampleSource::write(const SampleContext& context, const torch::Tensor& row) const {
   const Example example = get(context);
-  // copy_ would broadcast a [1, H, W] sample into 3 channels without a word: refuse it, as the
-  // loader refuses a mismatch for sources without data_shape().
-  if (!example.data.defined() || example.data.sizes() != row.sizes()) {
+  // copy_ would broadcast a [1, H, W] sample into 3 channels, or cast uint8 pixels to floats
+  // unscaled, without a word: refuse both, as the loader does for sources without data_shape().
+  if (!example.data.defined() || example.data.sizes() != row.sizes() ||
+      example.data.scalar_type() != row.scalar_type()) {
     throw InvalidArgument(
-        concat("sample ", context.index, " has data of shape ",
-               example.data.defined() ? c10::str(example.data.sizes()) : std::string("(none)"),
-               " where its source's data_shape() says ", row.sizes()));
+        concat("sample ", context.index, " has data ",
+               example.data.defined() ? concat(example.data.scalar_type(), example.data.sizes())
+                                      : std::string("(none)"),
+               " where its source's data_shape() says ", row.scalar_type(), row.sizes()));
   }
   row.copy_(example.data);
   return example.target;

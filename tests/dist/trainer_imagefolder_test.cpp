@@ -156,17 +156,19 @@ TEST_F(ImageFolderTrainerTest, BadFlagsAndFoldersAreNamed) {
             std::string::npos);
 }
 
-// README's own-images quick start: its ```sh block after "Your own images", each command's
-// words as written (build/ddp-train this build's, DIR the fixture's folder), training cut to 2
-// steps; then its resnet18.pt must load into torchvision's resnet18 as README says.
+// README's own-images quick start, word for word: the command in its text that writes a folder
+// (`... bench/make_imagefolder.py DIR`), then its ```sh block (continued lines joined).
 std::vector<std::vector<std::string>> readme_own_images_commands() {
   const std::string readme = test::read_file(test::source_dir() + "/README.md");
   const auto section = readme.find("Your own images");
-  const auto begin = section == std::string::npos ? section : readme.find("```sh\n", section);
+  const auto folder = readme.find("bench/make_imagefolder.py DIR", section);
+  const auto begin = folder == std::string::npos ? folder : readme.find("```sh\n", folder);
   const auto end = begin == std::string::npos ? begin : readme.find("```", begin + 6);
-  if (end == std::string::npos) return {};
+  if (section == std::string::npos || end == std::string::npos) return {};
+  const auto tick = readme.rfind('`', folder);
   std::vector<std::vector<std::string>> commands;
-  std::istringstream lines(readme.substr(begin + 6, end - begin - 6));
+  std::istringstream lines(readme.substr(tick + 1, readme.find('`', folder) - tick - 1) + "\n" +
+                           readme.substr(begin + 6, end - begin - 6));
   bool continued = false;  // the line before ended in '\\': this one goes on its command
   for (std::string line; std::getline(lines, line);) {
     if (!continued || commands.empty()) commands.emplace_back();
@@ -180,25 +182,30 @@ std::vector<std::vector<std::string>> readme_own_images_commands() {
   return commands;
 }
 
+// Runs them in a folder of their own (the reference Python for .venv's, this build's ddp-train,
+// training cut to 2 steps); then resnet18.pt must load into torchvision's resnet18 as README
+// says, with the folder's 10 classes (make_imagefolder.py's default).
 TEST_F(ImageFolderTrainerTest, TheReadmesOwnImagesCommandsRunAsWritten) {
   if (!test::parts::kCairo) GTEST_SKIP() << "built without cairo (preview draws with it)";
   test::TempDir dir;
   const auto commands = readme_own_images_commands();
-  ASSERT_EQ(commands.size(), 2u) << "README's own-images block is no longer preview + training";
+  ASSERT_EQ(commands.size(), 3u) << "README's own images are no longer folder, preview, training";
   for (auto argv : commands) {
-    ASSERT_EQ(argv[0], "build/ddp-train");
-    argv[0] = test::train_bin();
     for (auto& word : argv) {
-      if (word == "DIR") word = images();
-      if (word == "batch.png" || word == "resnet18.pt") word = dir / word;
+      if (word == ".venv/bin/python") word = DDP_PYTHON;
+      if (word == "build/ddp-train") word = test::train_bin();
+      if (word.rfind("bench/", 0) == 0) word = test::source_dir() + "/" + word;
+      if (word == "DIR" || word == "batch.png" || word == "resnet18.pt") word = dir / word;
     }
-    if (argv[1] != "preview") argv.insert(argv.end(), {"--epochs", "1", "--max-steps", "2"});
+    if (argv.size() > 1 && argv[1] != "preview" && argv[0] == test::train_bin()) {
+      argv.insert(argv.end(), {"--epochs", "1", "--max-steps", "2"});
+    }
     const auto r = test::run(argv, {}, 240s);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   EXPECT_GT(std::filesystem::file_size(dir / "batch.png"), 1000u);
-  const auto check = test::run_python("torchvision_resnet.py",
-                                      {"check", dir / "resnet18.pt", "18", "4", dir / "logits.pt"});
+  const auto check = test::run_python(
+      "torchvision_resnet.py", {"check", dir / "resnet18.pt", "18", "10", dir / "logits.pt"});
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 

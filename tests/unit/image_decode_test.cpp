@@ -2,7 +2,7 @@
 // ImageFolder gives): every reference file from tests/python/image_reference.py decodes to PIL's
 // very bytes, and every file PIL refuses is refused with a message naming it and the problem.
 // Pillow 9 (Debian 12's 9.4) does not give black for palette indices past the end of the palette,
-// as libspng and Pillow 10.4 and later do: that one file is compared only with Pillow 10 on.
+// as libspng and Pillow 10.4, 11.3, 12.0 and 13 do: that one file is compared from Pillow 10 on.
 #include <gtest/gtest.h>
 
 #include <sstream>

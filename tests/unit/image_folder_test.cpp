@@ -213,6 +213,9 @@ TEST(Loader, BadFilesStopWithTheirNameOrAreSkippedDeterministically) {
     } catch (const Error& e) {
       EXPECT_TRUE(dynamic_cast<const DataError*>(&e) || dynamic_cast<const IoError*>(&e));
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      if (std::string(name) == "bad_fifo.jpg") {  // refused at once, not waited on
+        EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+      }
     }
   }
   // Stopping: the batches before the first bad file's are handed out, then its batch throws.
@@ -239,7 +242,7 @@ TEST(Loader, BadFilesStopWithTheirNameOrAreSkippedDeterministically) {
       rows += b->labels.size(0);
     }
     EXPECT_EQ(rows, int64_t(all.size()));  // every step still taken
-    EXPECT_GE(skip.bad_samples(), 5);
+    EXPECT_GE(skip.bad_samples(), 6);
     return torch::cat(labels);
   };
   EXPECT_TRUE(torch::equal(skipped(1), skipped(3)));

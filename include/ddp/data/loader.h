@@ -53,7 +53,8 @@ struct LoaderOptions {
   TORCH_ARG(bool,
             drop_last) = false;  // false keeps the last partial batch, as PyTorch's DataLoader
   /// Batches made ahead of time; with `threads` this bounds the memory: at most `prefetch`
-  /// batches exist at once (refilled from a quarter full).
+  /// batches are being made or wait to be taken (refilled from a quarter full), besides those
+  /// next() has handed out and the caller still holds.
   TORCH_ARG(int, prefetch) = 8;
   TORCH_ARG(int, threads) = 1;             // threads making samples
   TORCH_ARG(bool, channels_last) = false;  // images in NHWC memory (same logical shape)
@@ -81,8 +82,9 @@ class Loader {
   /// abandoned. `skip_batches` first batches are not produced (resuming mid-epoch).
   void start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t skip_batches = 0);
 
-  /// The next batch, or nothing at the end of the epoch. Rethrows the error that a row of this
-  /// batch met (a bad file under OnBadSample::kStop, naming it).
+  /// The next batch, or nothing at the end of the epoch. Rethrows the error that this batch met
+  /// (a bad file under OnBadSample::kStop, naming it; no memory for the batch), and again on
+  /// every later call until start_epoch().
   std::optional<Batch> next();
 
   /// Number of batches the current epoch has in all.

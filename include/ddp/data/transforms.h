@@ -1,7 +1,8 @@
 // Turning uint8 CHW images into the float batch the model sees. The default is exactly
 // torchvision's ToTensor() (float32, divided by 255); normalisation, random crop with padding and
-// horizontal flip are optional. Random choices come from (seed, epoch, batch index) alone, so a
-// batch is the same whichever thread makes it and whenever — runs are reproducible and resumable.
+// horizontal flip are optional. Random choices come from (seed, epoch, image index) alone, so an
+// image is the same whichever rank, batch or thread makes it, and whenever: runs are reproducible
+// and resumable.
 #pragma once
 
 #include <array>
@@ -15,7 +16,7 @@
 
 namespace ddp::data {
 
-/// The optional per-batch transforms; all off by default.
+/// The optional transforms; all off by default.
 struct TransformOptions {
   TORCH_ARG(bool, normalize) = false;
   TORCH_ARG(std::vector<float>, mean);  // one per channel, used when normalize
