@@ -20,6 +20,7 @@ its own random stream, so the first images of a larger set are those of a smalle
 Prints the files written, their bytes and mean size, and the seconds taken.
 """
 import argparse
+import functools
 import multiprocessing
 import os
 import sys
@@ -50,6 +51,7 @@ def photo_dir():
     return os.path.dirname(skimage.data.__file__)
 
 
+@functools.cache  # once per process: write_class runs once per class and split
 def load_photos():
     root = photo_dir()
     photos = []
@@ -147,7 +149,7 @@ def main():
     if args.classes < 1 or args.train < 0 or args.val < 0 or args.jobs < 1:
         sys.exit("make_imagefolder: --classes and --jobs must be >= 1, --train and --val >= 0")
     start = time.perf_counter()
-    photos = load_photos()  # here too: a missing photograph fails before any process starts
+    photos = load_photos()  # a missing photograph fails here, before any process starts
     splits = (("train", 0, args.train), ("val", 1, args.val))
     work = [(args.out, split, split_id, c, count, args.seed, args.quality)
             for split, split_id, count in splits for c in range(args.classes)]
