@@ -5,6 +5,7 @@
 
 #include <c10/util/accumulate.h>
 
+#include "data/shape_text.h"
 #include "data/splitmix.h"
 #include "ddp/error.h"
 
@@ -19,12 +20,6 @@ struct Loader::Pending {
 };
 
 namespace {
-
-std::string shape_text(const torch::Tensor& t) {
-  std::string s = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + "] " + std::string(c10::toString(t.scalar_type()));
-}
 
 // How many replacements a bad sample gets before the loader gives up: a data set where ten
 // random draws in a row are bad is not worth training on.

@@ -1,5 +1,6 @@
 #include "ddp/data/sample_source.h"
 
+#include "data/shape_text.h"
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -12,9 +13,8 @@ torch::Tensor SampleSource::write(const SampleContext& context, const torch::Ten
       example.data.scalar_type() != row.scalar_type()) {
     throw InvalidArgument(
         concat("sample ", context.index, " has data ",
-               example.data.defined() ? concat(example.data.scalar_type(), example.data.sizes())
-                                      : std::string("(none)"),
-               " where its source's data_shape() says ", row.scalar_type(), row.sizes()));
+               example.data.defined() ? shape_text(example.data) : std::string("(none)"),
+               " where its source's data_shape() says ", shape_text(row)));
   }
   row.copy_(example.data);
   return example.target;

@@ -146,11 +146,11 @@ TEST(Loader, ABatchThatCannotBeMadeFailsNextNotTheProcess) {
   // A sample that is not what data_shape() says is refused, not broadcast or cast.
   Loader wrong_shape(std::make_shared<ShapedSource>(Shape{3, 2, 2}, Shape{1, 2, 2}), options);
   expect_next_throws(wrong_shape,
-                     "has data Float[1, 2, 2] where its source's data_shape() says "
-                     "Float[3, 2, 2]");
+                     "has data [1, 2, 2] Float where its source's data_shape() says "
+                     "[3, 2, 2] Float");
   Loader wrong_type(std::make_shared<ShapedSource>(Shape{3, 2, 2}, Shape{3, 2, 2}, torch::kUInt8),
                     options);
-  expect_next_throws(wrong_type, "has data Byte[3, 2, 2]");
+  expect_next_throws(wrong_type, "has data [3, 2, 2] Byte where");
 }
 
 TEST(Loader, RejectsIndicesOutsideTheDataSet) {
