@@ -156,6 +156,14 @@ class Writer:
         os.symlink(target, path)
         self.lines.append((rel, f"{what} (symlink -> {target})", 0))
 
+    def fifo(self, rel, what):
+        path = os.path.join(self.out, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.lexists(path):
+            os.remove(path)
+        os.mkfifo(path)
+        self.lines.append((rel, what, 0))
+
     def dir(self, rel, what):
         os.makedirs(os.path.join(self.out, rel), exist_ok=True)
         self.lines.append((rel + "/", what, 0))
@@ -229,8 +237,7 @@ def write_bad(w, kind, seed):
     elif kind == "dangling-symlink":
         w.symlink("ant/bad_dangling.jpg", "missing.jpg", "bad: dangling symlink")
     elif kind == "fifo":
-        os.mkfifo(os.path.join(w.out, "ant/bad_fifo.jpg"))
-        w.lines.append(("ant/bad_fifo.jpg", "bad: a named pipe", 0))
+        w.fifo("ant/bad_fifo.jpg", "bad: a named pipe")
     elif kind == "empty-class":
         w.dir("empty", "bad: a class folder without images")
         w.file("empty/empty.txt", b"no images here\n", "ignored: the empty class's only file")
