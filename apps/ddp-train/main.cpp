@@ -15,7 +15,7 @@
 #include "ddp/error.h"
 #include "ddp/hang_analysis.h"
 #include "ddp/launch.h"
-#include "ddp/models/onednn_conv2d.h"
+#include "ddp/models/net.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
 #include "make_data.h"
@@ -31,7 +31,7 @@ constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 
 // What this build can do: the LibTorch it was compiled against, the c10d backends and devices
-// compiled in (and the GPUs visible now), and whether Net has oneDNN's Winograd layers.
+// compiled in (and the GPUs visible now), and what computes Net's layers on this CPU.
 void print_version() {
   std::printf("ddp-train, built against LibTorch %d.%d.%d (C++%ld)\n", TORCH_VERSION_MAJOR,
               TORCH_VERSION_MINOR, TORCH_VERSION_PATCH, __cplusplus / 100 % 100);
@@ -47,10 +47,7 @@ void print_version() {
   } else {
     std::printf("devices: cpu (this LibTorch has no CUDA)\n");
   }
-  std::printf("Net's convolutions: %s\n",
-              ddp::models::onednn_conv2d_available(64, 128, ddp::models::ConvAlgorithm::kWinograd)
-                  ? "oneDNN's own API (Winograd conv2)"
-                  : "LibTorch's");
+  std::printf("Net's layers on this CPU: %s\n", ddp::models::Net()->kernels().c_str());
 }
 
 std::string self_executable() {

@@ -161,6 +161,10 @@ void build_model(const TrainOptions& o, TrainingSetup& s) {
     }
   }
   s.model->to(s.device);
+  const std::string kernels = s.model->kernels();
+  if (s.is_root() && s.device.is_cpu() && !kernels.empty()) {
+    std::printf("layers: %s\n", kernels.c_str());
+  }
 }
 
 }  // namespace

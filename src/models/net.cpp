@@ -1,5 +1,6 @@
 #include "ddp/models/net.h"
 
+#include "ddp/error.h"
 #include "ddp/models/onednn_conv2d.h"
 #include "ddp/models/onednn_max_pool2d.h"
 
@@ -15,11 +16,44 @@ NetImpl::NetImpl(int64_t in_channels, int64_t side, int64_t num_classes) {
   conv2_algorithm_ = onednn_conv2d_available(64, 128, ConvAlgorithm::kWinograd)
                          ? ConvAlgorithm::kWinograd
                          : ConvAlgorithm::kDirect;
-  const torch::Tensor image = torch::zeros({1, in_channels, side, side});
-  const torch::Tensor conv2_input = torch::zeros({1, 64 / 16, side / 2, side / 2, 16});
+  choose_path(in_channels, side);
+}
+
+void NetImpl::choose_path(int64_t in_channels, int64_t side) {
+  // Each layer's input as training sees it (conv2's needs its gradient), for a batch of the
+  // reference program's 64: oneDNN may choose its kernels by the batch size too, and a forward
+  // of another size still checks its own (the layers fall back to LibTorch per call).
+  const int64_t n = 64, block = blocked_channels();
+  const torch::Tensor image = torch::empty({n, in_channels, side, side});
+  const torch::Tensor conv1_blocked = torch::empty({n, 64 / block, side, side, block});
+  const torch::Tensor conv2_blocked =
+      torch::empty({n, 64 / block, side / 2, side / 2, block}).requires_grad_();
+  const torch::Tensor conv2_output = torch::empty({n, 128 / block, side / 2, side / 2, block});
   blocked_ =
       onednn_conv2d_blocked_applies(image, conv1->weight, conv1->bias, ConvAlgorithm::kDirect) &&
-      onednn_conv2d_blocked_applies(conv2_input, conv2->weight, conv2->bias, conv2_algorithm_);
+      onednn_conv2d_blocked_applies(conv2_blocked, conv2->weight, conv2->bias, conv2_algorithm_);
+  if (blocked_) {
+    kernels_ = concat(
+        "conv1: ",
+        onednn_conv2d_kernel(image, conv1->weight, conv1->bias, ConvAlgorithm::kDirect, true),
+        "; pool1: ", blocked_max_pool2d_kernel(conv1_blocked), "; conv2: ",
+        onednn_conv2d_kernel(conv2_blocked, conv2->weight, conv2->bias, conv2_algorithm_, true),
+        "; pool2: ", blocked_max_pool2d_kernel(conv2_output), " (activations in blocks of ", block,
+        " channels)");
+    return;
+  }
+  const auto channels_last = [](torch::Tensor t) {
+    return t.contiguous(torch::MemoryFormat::ChannelsLast);
+  };
+  const torch::Tensor conv2_input =
+      channels_last(torch::empty({n, 64, side / 2, side / 2})).requires_grad_();
+  kernels_ =
+      concat("conv1: ",
+             onednn_conv2d_kernel(channels_last(image), conv1->weight, conv1->bias,
+                                  ConvAlgorithm::kDirect, false),
+             "; conv2: ",
+             onednn_conv2d_kernel(conv2_input, conv2->weight, conv2->bias, conv2_algorithm_, false),
+             "; pools: LibTorch (channels-last)");
 }
 
 torch::Tensor NetImpl::forward(torch::Tensor x) {

@@ -1,7 +1,10 @@
 #include "ddp/models/onednn_conv2d.h"
 
+#include <string>
 #include <tuple>
 #include <utility>
+
+#include "ddp/error.h"
 
 #include "models/onednn_support.h"
 #include "torch_compat.h"
@@ -17,27 +20,42 @@ torch::Tensor direct_conv2d(const torch::Tensor& input, const torch::Tensor& wei
 }  // namespace
 
 torch::Tensor to_blocked(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 4 && x.size(1) % 16 == 0,
-              "to_blocked: expected [N, C, H, W] with C a multiple of 16, got ", x.sizes());
-  return x.reshape({x.size(0), x.size(1) / 16, 16, x.size(2), x.size(3)})
+  const int64_t block = blocked_channels();
+  TORCH_CHECK(x.dim() == 4 && x.size(1) % block == 0, "to_blocked: expected [N, C, H, W] with C a ",
+              "multiple of ", block, " (this CPU's block), got ", x.sizes());
+  return x.reshape({x.size(0), x.size(1) / block, block, x.size(2), x.size(3)})
       .permute({0, 1, 3, 4, 2})
       .contiguous();
 }
 
 torch::Tensor from_blocked(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 5 && x.size(4) == 16,
-              "from_blocked: expected a blocked activation [N, C/16, H, W, 16], got ", x.sizes());
-  return x.permute({0, 1, 4, 2, 3}).reshape({x.size(0), x.size(1) * 16, x.size(2), x.size(3)});
+  TORCH_CHECK(x.dim() == 5 && (x.size(4) == 8 || x.size(4) == 16),
+              "from_blocked: expected a blocked activation [N, C/B, H, W, B], B 8 or 16, got ",
+              x.sizes());
+  return x.permute({0, 1, 4, 2, 3})
+      .reshape({x.size(0), x.size(1) * x.size(4), x.size(2), x.size(3)});
 }
+
+namespace {
+
+// onednn_conv2d_blocked()'s function by LibTorch: the blocked input unblocked, the output blocked.
+torch::Tensor libtorch_conv2d_blocked(const torch::Tensor& input, const torch::Tensor& weight,
+                                      const torch::Tensor& bias) {
+  const torch::Tensor x = input.dim() == 5 ? from_blocked(input) : input;
+  return to_blocked(direct_conv2d(x, weight, bias).contiguous());
+}
+
+}  // namespace
 
 #if defined(DDP_ONEDNN_LAYERS)
 namespace {
 
 using namespace onednn;
 
-// The three primitives of one problem shape and algorithm, or none (ok false: no kernels).
+// The three primitives of one problem shape and algorithm, each made only where it runs a jit
+// kernel: a pass that would get oneDNN's reference loop is not available (ok false).
 struct Primitives {
-  bool ok = false;
+  bool forward_ok = false, backward_data_ok = false, backward_weights_ok = false;
   dnnl::convolution_forward::primitive_desc forward_pd;
   dnnl::convolution_backward_data::primitive_desc backward_data_pd;
   dnnl::convolution_backward_weights::primitive_desc backward_weights_pd;
@@ -49,21 +67,30 @@ struct Primitives {
 // N, C, K, H, W, the input's layout and the output's.
 using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, Layout, Layout>;
 
+// `make_pd()`'s primitive descriptor in `pd`, and whether it runs a jit kernel (false where oneDNN
+// has no implementation at all).
+template <class PrimitiveDesc, class Make>
+bool make_jit(PrimitiveDesc& pd, const Make& make_pd) {
+  try {
+    pd = make_pd();
+  } catch (const dnnl::error&) {
+    return false;  // unimplemented: no such kernels for this CPU or shape
+  }
+  return runs_jit_kernel(pd);
+}
+
 Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   const auto [n, c, k, h, w, in_layout, out_layout] = shape;
   const memory::dims src{n, c, h, w}, weights{k, c, 3, 3}, dst{n, k, h, w}, stride{1, 1}, pad{1, 1};
   // Layouts left to oneDNN (blocked ones); the bias is a plain vector.
   const auto any = [](const memory::dims& dims) { return memory::desc(dims, kF32, Tag::any); };
-  const auto blocked = [](const memory::dims& dims) {
-    return memory::desc(dims, kF32, Tag::nChw16c);
-  };
   // A direct forward reads and writes channels-last tensors as they are: oneDNN's blocked
   // output would cost a reorder that takes longer than the convolution itself.
   const bool nhwc = algorithm == ConvAlgorithm::kDirect && in_layout == Layout::kChannelsLast &&
                     out_layout == Layout::kChannelsLast;
   // Blocked tensors are read and written as they are, whichever the algorithm.
   const auto io = [&](const memory::dims& dims, Layout layout) {
-    if (layout == Layout::kBlocked) return blocked(dims);
+    if (layout == Layout::kBlocked) return blocked_desc(dims);
     return nhwc ? memory::desc(dims, kF32, Tag::nhwc) : any(dims);
   };
   const memory::desc bias({k}, kF32, Tag::x);
@@ -72,35 +99,42 @@ Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   Primitives p;
   // oneDNN pads channels to 16 for Winograd rather than refuse, which is slower than direct.
   if (algorithm == ConvAlgorithm::kWinograd && (c % 16 != 0 || k % 16 != 0)) return p;
-  // Blocked tensors hold whole blocks of 16 channels only.
-  if ((in_layout == Layout::kBlocked && c % 16 != 0) ||
-      (out_layout == Layout::kBlocked && k % 16 != 0)) {
+  // Blocked tensors hold whole blocks of channels only.
+  const int64_t block = cpu_block_channels();
+  if ((in_layout == Layout::kBlocked && c % block != 0) ||
+      (out_layout == Layout::kBlocked && k % block != 0)) {
     return p;
   }
   // The backward passes read and write the gradients of blocked tensors blocked as well.
   const auto gradient = [&](const memory::dims& dims, Layout layout) {
-    return layout == Layout::kBlocked ? blocked(dims) : any(dims);
+    return layout == Layout::kBlocked ? blocked_desc(dims) : any(dims);
   };
-  try {
-    p.forward_pd = dnnl::convolution_forward::primitive_desc(
+  p.forward_ok = make_jit(p.forward_pd, [&] {
+    return dnnl::convolution_forward::primitive_desc(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, io(src, in_layout),
                                         any(weights), bias, io(dst, out_layout), stride, pad, pad),
         attr(), cpu_engine());
-    p.backward_data_pd = dnnl::convolution_backward_data::primitive_desc(
+  });
+  if (!p.forward_ok) return p;
+  p.forward = dnnl::convolution_forward(p.forward_pd);
+  // Each backward pass on its own: a first layer needs no input gradient, which oneDNN often
+  // has only as its reference loop (Net's conv1, blocked, on any CPU).
+  p.backward_data_ok = make_jit(p.backward_data_pd, [&] {
+    return dnnl::convolution_backward_data::primitive_desc(
         dnnl::convolution_backward_data::desc(alg, gradient(src, in_layout), any(weights),
                                               gradient(dst, out_layout), stride, pad, pad),
         attr(), cpu_engine(), p.forward_pd);
-    p.backward_weights_pd = dnnl::convolution_backward_weights::primitive_desc(
+  });
+  if (p.backward_data_ok) p.backward_data = dnnl::convolution_backward_data(p.backward_data_pd);
+  p.backward_weights_ok = make_jit(p.backward_weights_pd, [&] {
+    return dnnl::convolution_backward_weights::primitive_desc(
         dnnl::convolution_backward_weights::desc(alg, gradient(src, in_layout), any(weights), bias,
                                                  gradient(dst, out_layout), stride, pad, pad),
         attr(), cpu_engine(), p.forward_pd);
-  } catch (const dnnl::error&) {
-    return p;  // unimplemented: no such kernels for this CPU or shape
+  });
+  if (p.backward_weights_ok) {
+    p.backward_weights = dnnl::convolution_backward_weights(p.backward_weights_pd);
   }
-  p.forward = dnnl::convolution_forward(p.forward_pd);
-  p.backward_data = dnnl::convolution_backward_data(p.backward_data_pd);
-  p.backward_weights = dnnl::convolution_backward_weights(p.backward_weights_pd);
-  p.ok = true;
   return p;
 }
 
@@ -173,9 +207,14 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
     dnnl::stream stream(cpu_engine());
     torch::Tensor grad_input, grad_weight, grad_bias;
     torch::Tensor dy_buffer, w_buffer, x_buffer, dy_weights_buffer;
-    const memory dy =
-        in_layout(wrap(grad_out), p.backward_data_pd.diff_dst_desc(), stream, dy_buffer);
+    // The output's gradient, in the layout of the last pass that read it.
+    memory dy = wrap(grad_out);
+    // forward() ran only where each pass needed has a jit kernel (usable()).
+    TORCH_INTERNAL_ASSERT(!ctx->needs_input_grad(0) || p.backward_data_ok);
+    TORCH_INTERNAL_ASSERT(!(ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) ||
+                          p.backward_weights_ok);
     if (ctx->needs_input_grad(0)) {
+      dy = in_layout(dy, p.backward_data_pd.diff_dst_desc(), stream, dy_buffer);
       grad_input = torch::empty_like(x);
       const memory weights =
           in_layout(wrap(w), p.backward_data_pd.weights_desc(), stream, w_buffer);
@@ -210,26 +249,72 @@ struct OnednnConv2dFunction : torch::autograd::Function<OnednnConv2dFunction> {
   }
 };
 
-// Whether oneDNN computes this convolution here (else torch::conv2d), its output in `out_layout`.
-bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
-            ConvAlgorithm algorithm, Layout out_layout) {
+// Why oneDNN does not compute this convolution here, with its output in `out_layout` (then
+// LibTorch does); empty where it does. It needs a jit kernel for the forward pass and for each
+// backward pass that autograd will ask for.
+std::string why_not_onednn(const torch::Tensor& input, const torch::Tensor& weight,
+                           const torch::Tensor& bias, ConvAlgorithm algorithm, Layout out_layout) {
   const auto fp32_cpu = [](const torch::Tensor& t) {
     return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kFloat;
   };
-  const bool activation = input.dim() == 4 || (input.dim() == 5 && input.size(4) == 16);
-  return fp32_cpu(input) && fp32_cpu(weight) && fp32_cpu(bias) && activation && weight.dim() == 4 &&
-         weight.size(2) == 3 && weight.size(3) == 3 && dims_of(input)[1] == weight.size(1) &&
-         bias.numel() == weight.size(0) && !compat::autocast_enabled(c10::DeviceType::CPU) &&
-         primitives_for(shape_of(input, weight, out_layout), algorithm).ok;
+  if (!fp32_cpu(input) || !fp32_cpu(weight) || !fp32_cpu(bias)) return "not fp32 on the CPU";
+  if (compat::autocast_enabled(c10::DeviceType::CPU)) return "under autocast";
+  const bool activation =
+      input.dim() == 4 || (input.dim() == 5 && (input.size(4) == 8 || input.size(4) == 16));
+  if (!activation || weight.dim() != 4 || weight.size(2) != 3 || weight.size(3) != 3 ||
+      dims_of(input)[1] != weight.size(1) || bias.numel() != weight.size(0)) {
+    return "not a 3x3 convolution of this input";
+  }
+  if (input.dim() == 5 && input.size(4) != cpu_block_channels()) {
+    return concat("the input is blocked by ", input.size(4), ", this CPU's kernels by ",
+                  cpu_block_channels());
+  }
+  const Primitives& p = primitives_for(shape_of(input, weight, out_layout), algorithm);
+  const bool grad = torch::GradMode::is_enabled();
+  const bool needs_data = grad && input.requires_grad();
+  const bool needs_weights = grad && (weight.requires_grad() || bias.requires_grad());
+  if (!p.forward_ok || (needs_data && !p.backward_data_ok) ||
+      (needs_weights && !p.backward_weights_ok)) {
+    return "oneDNN has no jit kernel for this CPU";
+  }
+  return "";
+}
+
+bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
+            ConvAlgorithm algorithm, Layout out_layout) {
+  return why_not_onednn(input, weight, bias, algorithm, out_layout).empty();
+}
+
+// "oneDNN jit:avx2 direct", naming a backward pass's kernel too where it is another.
+std::string onednn_kernel(const Primitives& p, ConvAlgorithm algorithm) {
+  const std::string forward = p.forward_pd.impl_info_str();
+  std::string text =
+      concat("oneDNN ", forward, algorithm == ConvAlgorithm::kWinograd ? " Winograd" : " direct");
+  if (p.backward_weights_ok && p.backward_weights_pd.impl_info_str() != forward) {
+    text += concat(" (backward ", p.backward_weights_pd.impl_info_str(), ")");
+  }
+  return text;
 }
 
 }  // namespace
 
+int64_t blocked_channels() { return cpu_block_channels(); }
+
 bool onednn_conv2d_available(int64_t in_channels, int64_t out_channels, ConvAlgorithm algorithm) {
-  return primitives_for(
-             {1, in_channels, out_channels, 8, 8, Layout::kChannelsLast, Layout::kChannelsLast},
-             algorithm)
-      .ok;
+  const Primitives& p = primitives_for(
+      {1, in_channels, out_channels, 8, 8, Layout::kChannelsLast, Layout::kChannelsLast},
+      algorithm);
+  return p.forward_ok && p.backward_data_ok && p.backward_weights_ok;
+}
+
+std::string onednn_conv2d_kernel(const torch::Tensor& input, const torch::Tensor& weight,
+                                 const torch::Tensor& bias, ConvAlgorithm algorithm,
+                                 bool blocked_output) {
+  if (!blocked_output && input.dim() != 4) return "LibTorch (not a 4-d activation)";
+  const Layout out_layout = blocked_output ? Layout::kBlocked : layout_of(input);
+  const std::string why_not = why_not_onednn(input, weight, bias, algorithm, out_layout);
+  if (!why_not.empty()) return concat("LibTorch (", why_not, ")");
+  return onednn_kernel(primitives_for(shape_of(input, weight, out_layout), algorithm), algorithm);
 }
 
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
@@ -248,15 +333,22 @@ bool onednn_conv2d_blocked_applies(const torch::Tensor& input, const torch::Tens
 
 torch::Tensor onednn_conv2d_blocked(const torch::Tensor& input, const torch::Tensor& weight,
                                     const torch::Tensor& bias, ConvAlgorithm algorithm) {
-  TORCH_CHECK(onednn_conv2d_blocked_applies(input, weight, bias, algorithm),
-              "onednn_conv2d_blocked: oneDNN has no such convolution here (check "
-              "onednn_conv2d_blocked_applies() first)");
+  if (!onednn_conv2d_blocked_applies(input, weight, bias, algorithm)) {
+    return libtorch_conv2d_blocked(input, weight, bias);
+  }
   return OnednnConv2dFunction::apply(input, weight, bias, algorithm, Layout::kBlocked);
 }
 
 #else  // no oneDNN 2.x: LibTorch's convolutions only
 
+int64_t blocked_channels() { return 16; }
+
 bool onednn_conv2d_available(int64_t, int64_t, ConvAlgorithm) { return false; }
+
+std::string onednn_conv2d_kernel(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                 ConvAlgorithm, bool) {
+  return "LibTorch (ddp.cpp was built without oneDNN 2.x)";
+}
 
 torch::Tensor onednn_conv2d(const torch::Tensor& input, const torch::Tensor& weight,
                             const torch::Tensor& bias, ConvAlgorithm) {
@@ -268,9 +360,9 @@ bool onednn_conv2d_blocked_applies(const torch::Tensor&, const torch::Tensor&, c
   return false;
 }
 
-torch::Tensor onednn_conv2d_blocked(const torch::Tensor&, const torch::Tensor&,
-                                    const torch::Tensor&, ConvAlgorithm) {
-  TORCH_CHECK(false, "onednn_conv2d_blocked: ddp.cpp was built without oneDNN 2.x");
+torch::Tensor onednn_conv2d_blocked(const torch::Tensor& input, const torch::Tensor& weight,
+                                    const torch::Tensor& bias, ConvAlgorithm) {
+  return libtorch_conv2d_blocked(input, weight, bias);
 }
 
 #endif

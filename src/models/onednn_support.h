@@ -21,6 +21,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace ddp::models::onednn {
@@ -34,8 +35,32 @@ inline dnnl::engine& cpu_engine() {
   return engine;
 }
 
+// Channels per block of the blocked layout that oneDNN's jit kernels use on this CPU: 16 with
+// AVX-512 (nChw16c), 8 with AVX2 and SSE4.1 (nChw8c). A blocked tensor of the other size gets only
+// oneDNN's reference loop, about 1,000x slower. ONEDNN_MAX_CPU_ISA caps the ISA it sees.
+inline int64_t cpu_block_channels() {
+  static const int64_t block = [] {
+    const int isa = int(dnnl::get_effective_cpu_isa());
+    const int avx512 = int(dnnl::cpu_isa::avx512_core);  // ISAs are bit masks of their features
+    return (isa & avx512) == avx512 ? 16 : 8;
+  }();
+  return block;
+}
+
+// Whether a primitive runs one of oneDNN's jit kernels for the operation itself (jit:avx2,
+// jit_wino_4x3:avx512_core, brgconv:avx512_core, ...), not its reference loop (ref:any), which it
+// falls back to for what no kernel of this CPU takes. Not its im2col + GEMM convolutions
+// (x64:gemm:jit) either: with oneDNN 2.6 (Debian 12) their backward passes, chosen under
+// ONEDNN_MAX_CPU_ISA=SSE41, failed to execute ("unimplemented") in LibTorch's process, though
+// they ran in a program of their own; LibTorch's convolution is as fast there.
+template <class PrimitiveDesc>
+bool runs_jit_kernel(const PrimitiveDesc& pd) {
+  const std::string impl = pd.impl_info_str();
+  return impl.rfind("jit", 0) == 0 || impl.rfind("brg", 0) == 0;
+}
+
 // How a torch tensor holds an activation: contiguous (NCHW), channels-last (NHWC), or blocked
-// (nChw16c as a 5-d [N, C/16, H, W, 16] tensor, see onednn_conv2d_blocked()).
+// (nChw16c or nChw8c as a 5-d [N, C/B, H, W, B] tensor, see onednn_conv2d_blocked()).
 enum class Layout { kContiguous, kChannelsLast, kBlocked };
 
 // The layout of `t`, once dense(): blocked when 5-d; else channels-last when not contiguous (a
@@ -51,12 +76,21 @@ inline memory::dims dims_of(const torch::Tensor& t) {
   return {t.size(0), t.size(1), t.size(2), t.size(3)};
 }
 
+// oneDNN's tag of blocks of `block` channels.
+inline Tag blocked_tag(int64_t block) { return block == 8 ? Tag::nChw8c : Tag::nChw16c; }
+
+// A blocked activation's memory description, in blocks of this CPU's size.
+inline memory::desc blocked_desc(const memory::dims& dims) {
+  return memory::desc(dims, kF32, blocked_tag(cpu_block_channels()));
+}
+
 // The activation or weight `t` (dense, in any layout above) as oneDNN memory, without a copy.
 inline memory wrap(const torch::Tensor& t) {
-  static const std::map<Layout, Tag> tags{{Layout::kContiguous, Tag::nchw},
-                                          {Layout::kChannelsLast, Tag::nhwc},
-                                          {Layout::kBlocked, Tag::nChw16c}};
-  return memory(memory::desc(dims_of(t), kF32, tags.at(layout_of(t))), cpu_engine(), t.data_ptr());
+  const Layout layout = layout_of(t);
+  const Tag tag = layout == Layout::kBlocked      ? blocked_tag(t.size(4))
+                  : layout == Layout::kContiguous ? Tag::nchw
+                                                  : Tag::nhwc;
+  return memory(memory::desc(dims_of(t), kF32, tag), cpu_engine(), t.data_ptr());
 }
 
 inline memory wrap_vector(const torch::Tensor& t) {
@@ -134,7 +168,8 @@ inline torch::Tensor as_layout(const torch::Tensor& t, Layout layout) {
 inline torch::Tensor empty_activation(const memory::dims& dims, Layout layout,
                                       const torch::TensorOptions& options) {
   const auto [n, c, h, w] = std::array<int64_t, 4>{dims[0], dims[1], dims[2], dims[3]};
-  if (layout == Layout::kBlocked) return torch::empty({n, c / 16, h, w, 16}, options);
+  const int64_t block = cpu_block_channels();
+  if (layout == Layout::kBlocked) return torch::empty({n, c / block, h, w, block}, options);
   return torch::empty({n, c, h, w}, options.memory_format(layout == Layout::kChannelsLast
                                                               ? c10::MemoryFormat::ChannelsLast
                                                               : c10::MemoryFormat::Contiguous));

@@ -77,6 +77,18 @@ void expect_matches_plain_ops(int64_t channels, int64_t side) {
 TEST(Net, GradientsEqualPlainLibTorchOpsCifar) { expect_matches_plain_ops(3, 32); }
 TEST(Net, GradientsEqualPlainLibTorchOpsMnist) { expect_matches_plain_ops(1, 28); }
 
+TEST(Net, SaysWhatComputesEachLayerAndNeverOnednnsReferenceLoop) {
+  for (const auto& [channels, side] : {std::pair<int64_t, int64_t>{3, 32}, {1, 28}}) {
+    const std::string kernels = models::Net(channels, side)->kernels();
+    EXPECT_EQ(kernels.find("ref"), std::string::npos) << kernels;
+    EXPECT_EQ(kernels.rfind("conv1: ", 0), 0u) << kernels;
+    EXPECT_NE(kernels.find("; conv2: "), std::string::npos) << kernels;
+    if (models::onednn_conv2d_available(64, 128, models::ConvAlgorithm::kDirect)) {
+      EXPECT_NE(kernels.find("conv2: oneDNN jit"), std::string::npos) << kernels;
+    }
+  }
+}
+
 TEST(Net, ParameterNamesAreThePythonOnes) {
   models::Net net;
   std::vector<std::string> names;

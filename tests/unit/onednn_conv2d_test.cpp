@@ -4,6 +4,8 @@
 #include "ddp/models/onednn_conv2d.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,6 +75,11 @@ TEST(OnednnConv2d, WinogradMatchesTorchConv2dContiguous) {
   expect_matches_torch(64, 128, 16, ConvAlgorithm::kWinograd, torch::MemoryFormat::Contiguous);
 }
 
+TEST(OnednnConv2d, DirectMatchesTorchConv2dOnNetsConv2) {
+  expect_matches_torch(64, 128, 16, ConvAlgorithm::kDirect, torch::MemoryFormat::ChannelsLast);
+  expect_matches_torch(64, 128, 16, ConvAlgorithm::kDirect, torch::MemoryFormat::Contiguous);
+}
+
 TEST(OnednnConv2d, DirectMatchesTorchConv2dOnThreeChannels) {
   expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::ChannelsLast);
   expect_matches_torch(3, 64, 32, ConvAlgorithm::kDirect, torch::MemoryFormat::Contiguous);
@@ -98,7 +105,8 @@ void expect_blocked_matches_torch(int64_t in, int64_t out, int64_t side, ConvAlg
   const auto ours = [algorithm](const torch::Tensor& x, const torch::Tensor& w,
                                 const torch::Tensor& b) {
     const torch::Tensor y = onednn_conv2d_blocked(x, w, b, algorithm);
-    EXPECT_TRUE(y.dim() == 5 && y.size(4) == 16 && y.is_contiguous()) << "blocked: " << y.sizes();
+    EXPECT_TRUE(y.dim() == 5 && y.size(4) == blocked_channels() && y.is_contiguous())
+        << "blocked: " << y.sizes();
     return from_blocked(y);
   };
   const Result mine = run(ours, x, weight, bias, probe);
@@ -119,26 +127,109 @@ TEST(OnednnConv2d, BlockedOutputFromImagesMatchesTorchConv2d) {
 }
 
 TEST(OnednnConv2d, BlockedInAndOutMatchesTorchConv2d) {
-  // Net's conv2, by either algorithm, blocked in and out.
+  // Net's conv2, blocked in and out.
   expect_blocked_matches_torch(64, 128, 16, ConvAlgorithm::kDirect, Given::kBlocked);
+}
+
+TEST(OnednnConv2d, BlockedInAndOutByWinogradMatchesTorchConv2d) {
   expect_blocked_matches_torch(64, 128, 16, ConvAlgorithm::kWinograd, Given::kBlocked);
 }
 
-TEST(OnednnConv2d, BlockedLayoutRoundTripsAndPlacesChannelsInBlocksOf16) {
+TEST(OnednnConv2d, BlockedLayoutRoundTripsAndPlacesChannelsInBlocksOfThisCpu) {
+  const int64_t b = blocked_channels();
+  EXPECT_TRUE(b == 8 || b == 16) << b;
   const torch::Tensor x = torch::arange(2 * 32 * 3 * 5, torch::kFloat).reshape({2, 32, 3, 5});
   const torch::Tensor blocked = to_blocked(x);
-  EXPECT_EQ(blocked.sizes(), (std::vector<int64_t>{2, 2, 3, 5, 16}));
+  EXPECT_EQ(blocked.sizes(), (std::vector<int64_t>{2, 32 / b, 3, 5, b}));
   EXPECT_TRUE(blocked.is_contiguous());
-  // Element (n, c, h, w) at [n][c / 16][h][w][c % 16].
-  EXPECT_EQ(blocked[1][1][2][4][3].item<float>(), x[1][16 + 3][2][4].item<float>());
+  // Element (n, c, h, w) at [n][c / B][h][w][c % B].
+  EXPECT_EQ(blocked[1][1][2][4][3].item<float>(), x[1][b + 3][2][4].item<float>());
   EXPECT_TRUE(torch::equal(from_blocked(blocked), x));
   EXPECT_THROW(to_blocked(torch::zeros({1, 3, 4, 4})), c10::Error);
   EXPECT_THROW(from_blocked(torch::zeros({1, 3, 4, 4})), c10::Error);
+  EXPECT_THROW(from_blocked(torch::zeros({1, 3, 4, 4, 4})), c10::Error);
+}
+
+TEST(OnednnConv2d, NeverRunsOnednnsReferenceLoop) {
+  // Net's layers and more, as training calls them: whatever computes them here is a jit kernel or
+  // LibTorch (ref:any, oneDNN's fallback for what no kernel of this CPU takes, is ~1,000x slower).
+  torch::manual_seed(0);
+  const int64_t b = blocked_channels();
+  const torch::Tensor w1 = torch::randn({64, 3, 3, 3}).requires_grad_(),
+                      b1 = torch::randn({64}).requires_grad_();
+  const torch::Tensor w2 = torch::randn({128, 64, 3, 3}).requires_grad_(),
+                      b2 = torch::randn({128}).requires_grad_();
+  const torch::Tensor images = torch::rand({4, 3, 32, 32}), grey = torch::rand({4, 1, 28, 28});
+  const torch::Tensor w_grey = torch::randn({64, 1, 3, 3}).requires_grad_();
+  const torch::Tensor hidden = torch::rand({4, 64 / b, 16, 16, b}).requires_grad_();
+  for (const auto algorithm : {ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd}) {
+    for (const bool blocked : {false, true}) {
+      for (const std::string& kernel :
+           {onednn_conv2d_kernel(images, w1, b1, algorithm, blocked),
+            onednn_conv2d_kernel(images.clone().requires_grad_(), w1, b1, algorithm, blocked),
+            onednn_conv2d_kernel(grey, w_grey, b1, algorithm, blocked),
+            onednn_conv2d_kernel(hidden, w2, b2, algorithm, true),
+            onednn_conv2d_kernel(
+                from_blocked(hidden.detach()).contiguous(torch::MemoryFormat::ChannelsLast), w2, b2,
+                algorithm, blocked)}) {
+        EXPECT_EQ(kernel.find("ref"), std::string::npos) << kernel;
+        EXPECT_TRUE(kernel.rfind("oneDNN ", 0) == 0 || kernel.rfind("LibTorch (", 0) == 0)
+            << kernel;
+      }
+    }
+  }
+}
+
+// onednn_conv2d_blocked() of `input` (4-d) with every gradient, against torch::conv2d: oneDNN
+// computes it where it has jit kernels for each pass, LibTorch where not, and the kernel named
+// says which.
+void expect_blocked_output_matches_torch(const torch::Tensor& input, int64_t out) {
+  torch::manual_seed(0);
+  const auto options = input.options();
+  const torch::Tensor w = torch::randn({out, input.size(1), 3, 3}, options) * 0.1,
+                      b = torch::randn({out}, options);
+  const torch::Tensor probe =
+      torch::randn({input.size(0), out, input.size(2), input.size(3)}, options);
+  const torch::Tensor xg = input.clone().requires_grad_(), wg = w.clone().requires_grad_(),
+                      bg = b.clone().requires_grad_();
+  const bool onednn = onednn_conv2d_blocked_applies(xg, wg, bg, ConvAlgorithm::kDirect);
+  const std::string kernel = onednn_conv2d_kernel(xg, wg, bg, ConvAlgorithm::kDirect, true);
+  EXPECT_EQ(kernel.rfind(onednn ? "oneDNN jit" : "LibTorch (", 0), 0u) << kernel;
+  const auto ours = [](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+    const torch::Tensor y = onednn_conv2d_blocked(x, w, b, ConvAlgorithm::kDirect);
+    EXPECT_EQ(y.size(4), blocked_channels());
+    return from_blocked(y);
+  };
+  const Result mine = run(ours, input, w, b, probe);
+  const Result reference = run(direct, input, w, b, probe);
+  EXPECT_LT(relative_error(mine.out, reference.out), 1e-5) << kernel;
+  EXPECT_LT(relative_error(mine.grad_input, reference.grad_input), 1e-5) << kernel;
+  EXPECT_LT(relative_error(mine.grad_weight, reference.grad_weight), 1e-5) << kernel;
+  EXPECT_LT(relative_error(mine.grad_bias, reference.grad_bias), 1e-5) << kernel;
+}
+
+TEST(OnednnConv2d, BlockedOutputMatchesTorchWhicheverComputesIt) {
+  // A first layer with its input's gradient, which oneDNN 2.x often has only as its reference
+  // loop; one grey channel (Fashion-MNIST), whose weight gradient it lacks on AVX2; and doubles,
+  // which it does not take.
+  expect_blocked_output_matches_torch(torch::rand({2, 3, 32, 32}), 64);
+  expect_blocked_output_matches_torch(torch::rand({2, 1, 28, 28}), 64);
+  expect_blocked_output_matches_torch(torch::rand({2, 3, 8, 8}, torch::kDouble), 16);
+}
+
+// Winograd where this CPU has it (AVX-512), else direct; skips where oneDNN has neither.
+ConvAlgorithm fastest_algorithm(int64_t in, int64_t out) {
+  if (onednn_conv2d_available(in, out, ConvAlgorithm::kWinograd)) return ConvAlgorithm::kWinograd;
+  if (!onednn_conv2d_available(in, out, ConvAlgorithm::kDirect)) {
+    throw std::runtime_error("no oneDNN kernels for this convolution here");
+  }
+  return ConvAlgorithm::kDirect;
 }
 
 TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
   // Ranks may be threads of one process (as in these tests): the primitives are shared.
-  if (!onednn_conv2d_available(64, 128, ConvAlgorithm::kWinograd)) GTEST_SKIP();
+  if (!onednn_conv2d_available(64, 128, ConvAlgorithm::kDirect)) GTEST_SKIP();
+  const ConvAlgorithm algorithm = fastest_algorithm(64, 128);
   torch::manual_seed(0);
   const torch::Tensor w = torch::randn({128, 64, 3, 3}) * 0.05, b = torch::randn({128});
   std::vector<torch::Tensor> inputs, expected;
@@ -151,7 +242,7 @@ TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
   for (size_t t = 0; t < inputs.size(); ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 20; ++i) {
-        const torch::Tensor out = onednn_conv2d(inputs[t], w, b, ConvAlgorithm::kWinograd);
+        const torch::Tensor out = onednn_conv2d(inputs[t], w, b, algorithm);
         worst[t] = std::max(worst[t], relative_error(out, expected[t]));
       }
     });
@@ -161,13 +252,12 @@ TEST(OnednnConv2d, ThreadsConvolvingAtOnceEachGetTheirOwnResult) {
 }
 
 TEST(OnednnConv2d, NoGradientForAnInputThatNeedsNone) {
-  if (!onednn_conv2d_available(16, 16, ConvAlgorithm::kWinograd)) {
-    GTEST_SKIP() << "no Winograd kernels here";
-  }
+  if (!onednn_conv2d_available(16, 16, ConvAlgorithm::kDirect)) GTEST_SKIP() << "no oneDNN here";
+  const ConvAlgorithm algorithm = fastest_algorithm(16, 16);
   const torch::Tensor x = torch::rand({2, 16, 8, 8});  // as the first layer's images
   const torch::Tensor w = torch::randn({16, 16, 3, 3}).requires_grad_();
   const torch::Tensor b = torch::zeros({16}).requires_grad_();
-  onednn_conv2d(x, w, b, ConvAlgorithm::kWinograd).sum().backward();
+  onednn_conv2d(x, w, b, algorithm).sum().backward();
   EXPECT_FALSE(x.grad().defined());
   EXPECT_TRUE(w.grad().defined());
   EXPECT_EQ(b.grad()[0].item<float>(), 2 * 8 * 8);  // d(sum)/d(bias) = N x H x W

@@ -17,7 +17,10 @@ void expect_matches_torch(int64_t channels, int64_t side) {
 
   const torch::Tensor blocked = to_blocked(input).requires_grad_();
   const torch::Tensor ours = blocked_max_pool2d(blocked);
-  ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{3, channels / 16, side / 2, side / 2, 16}));
+  const int64_t b = blocked_channels();
+  ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{3, channels / b, side / 2, side / 2, b}));
+  EXPECT_EQ(blocked_max_pool2d_kernel(blocked).find("ref"), std::string::npos)
+      << "oneDNN's reference loop: " << blocked_max_pool2d_kernel(blocked);
   (from_blocked(ours) * probe).sum().backward();
 
   const torch::Tensor plain = input.clone().requires_grad_();
@@ -43,8 +46,21 @@ TEST(BlockedMaxPool2d, OtherDtypesGoThroughLibTorch) {
       torch::equal(from_blocked(blocked_max_pool2d(x)), torch::max_pool2d(from_blocked(x), 2, 2)));
 }
 
+TEST(BlockedMaxPool2d, TheOtherBlockSizeIsPooledToo) {
+  // Blocks of 16 on an AVX2 CPU (no jit kernel: LibTorch), or of 8 on an AVX-512 one.
+  const int64_t other = blocked_channels() == 16 ? 8 : 16;
+  const torch::Tensor input = torch::randn({2, 32, 6, 6});
+  const torch::Tensor x =
+      input.reshape({2, 32 / other, other, 6, 6}).permute({0, 1, 3, 4, 2}).contiguous();
+  EXPECT_EQ(from_blocked(x).sizes(), input.sizes());
+  EXPECT_TRUE(torch::equal(from_blocked(blocked_max_pool2d(x)), torch::max_pool2d(input, 2, 2)));
+  const std::string kernel = blocked_max_pool2d_kernel(x);
+  EXPECT_EQ(kernel.find("ref"), std::string::npos) << kernel;
+}
+
 TEST(BlockedMaxPool2d, RejectsATensorThatIsNotBlocked) {
   EXPECT_THROW(blocked_max_pool2d(torch::zeros({1, 16, 4, 4})), c10::Error);
+  EXPECT_THROW(blocked_max_pool2d(torch::zeros({1, 4, 4, 4, 4})), c10::Error);
 }
 
 }  // namespace

@@ -11,6 +11,9 @@ namespace ddp::models {
 class ClassifierImpl : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor images) = 0;
+  /// What computes the layers that have a choice of kernels on this CPU, for a report, e.g.
+  /// "conv1: oneDNN jit:avx2 direct; ..."; empty for a model of LibTorch's ops alone.
+  virtual std::string kernels() const { return ""; }
 };
 
 /// The model called `name` ("net", "resnet" (CIFAR), "resnet18" or "resnet50" (torchvision's)) for

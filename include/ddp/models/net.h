@@ -16,16 +16,21 @@ class NetImpl : public ClassifierImpl {
  public:
   explicit NetImpl(int64_t in_channels = 3, int64_t side = 32, int64_t num_classes = 10);
   torch::Tensor forward(torch::Tensor x) override;
+  std::string kernels() const override { return kernels_; }
 
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::Conv2d conv2{nullptr};
   torch::nn::Linear fc{nullptr};
 
  private:
+  // Blocked activations where oneDNN has jit kernels for both convolutions with blocked outputs
+  // on this CPU; else channels-last ones. Says what runs each layer in kernels_.
+  void choose_path(int64_t in_channels, int64_t side);
   torch::Tensor forward_blocked(const torch::Tensor& images);
 
   ConvAlgorithm conv2_algorithm_ = ConvAlgorithm::kDirect;  // Winograd where available
   bool blocked_ = false;  // both convolutions run with blocked outputs here
+  std::string kernels_;
 };
 TORCH_MODULE(Net);
 
