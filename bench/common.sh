@@ -1,6 +1,8 @@
 # Shared by the bench scripts (sourced): the build, the reference Python, the full-size synthetic
 # data set, a median.
 build=${DDP_BUILD:-build}  # the build folder whose programs are measured
+# The bench programs, which scripts/setup.sh leaves to their first use (a no-op once built).
+cmake --build "$build" --target bench-ceiling bench-loader bench-allreduce >/dev/null
 bench_data=$build/bench-data
 
 # The Python with torch that the build compares against (its CMake cache says which: .venv's by

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every dependency (Debian's archive; PyPI's torch into .venv), then builds ddp.cpp in
-# Release into build/. Idempotent and non-interactive; run as root or with sudo available.
+# Installs every dependency (Debian's archive; PyPI's torch into .venv), then builds ddp.cpp's
+# programs in Release into build/. Idempotent and non-interactive; run as root or with sudo
+# available.
 #
 # usage: scripts/setup.sh [--libtorch wheel|debian] [extra cmake arguments]
 #   --libtorch wheel   (the default) PyPI's torch and torchvision, pinned in
@@ -124,5 +125,8 @@ if [[ -n $cached && ($libtorch == wheel && $cached != "$torch_dir" ||
   rm -rf build
 fi
 cmake -S . -B build "${cmake_args[@]}" "$@"
-cmake --build build -j "$(nproc)"
+# The programs a user runs first; the test binaries (about a third of the compile time) are built
+# by scripts/test.sh and the bench programs by bench/common.sh, when first needed.
+cmake --build build -j "$(nproc)" --target ddp-train ddprun example-minimal example-train-net \
+  example-train-table
 echo "setup: built build/ddp-train and build/ddprun ($(build/ddp-train --version | head -1))"
