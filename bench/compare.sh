@@ -7,13 +7,25 @@
 # (bench-ceiling) and ddp-train's fraction of it then: this VM's speed drifts by tens of percent
 # over minutes, so a ceiling measured once, minutes away from a run, says little about it. The
 # full ceiling table, for ddp-train's median images/s, ends the output.
-# usage: bench/compare.sh [PAIRS (3)] [STEPS per run (100)]
+# usage: bench/compare.sh [--tier native|avx512|avx2|sse41] [PAIRS (3)] [STEPS per run (100)]
+#   --tier  both sides run as on a CPU of that tier (scripts/cpu-tier.sh; default native), and
+#           the ceiling is that tier's; the table's head names the tier, the CPU and its flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --tier ]]; then
+  tier=${2:?--tier needs native, avx512, avx2 or sse41}
+  shift 2
+  [[ ${DDP_CPU_TIER:-} == "$tier" ]] || exec scripts/cpu-tier.sh "$tier" bench/compare.sh "$@"
+fi
 pairs=${1:-3}
 steps=${2:-100}
 source bench/common.sh
 ensure_bench_data
+echo "tier: ${DDP_CPU_TIER:-native}; CPU: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
+  "($(nproc) vCPUs; SIMD flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -E '^(sse4_1|avx|avx2|fma|avx512f|avx512_bf16|avx512_vnni|amx_tile|amx_bf16)$' | xargs))"
+echo "Net's layers: $("$build/ddp-train" --version | sed -n "s/^Net's layers on this CPU: //p")"
+echo
 echo "| turn | Python reference images/s | ddp-train images/s | ratio | / ceiling right after, direct FLOPs | / ceiling, multiplies executed | --cpu-bind cores images/s | ratio | / ceiling, multiplies executed | without DDP images/s | / ceiling, multiplies executed |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 ratios=()

@@ -26,6 +26,7 @@
 #include "ddp/data/image_folder.h"
 #include "ddp/data/image_pipeline.h"
 #include "ddp/data/loader.h"
+#include "ddp/data/resample.h"
 #include "ddp/error.h"
 #include "ddp/sampler.h"
 
@@ -89,9 +90,10 @@ void bench_index(const Settings& s) {
   const ddp::data::ImageFolder folder(s.dir + "/train");
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf(
-      "images_per_second=%.1f images=%zu seconds=%.3f index_bytes=%zu bytes_per_sample=%.1f\n",
+      "images_per_second=%.1f images=%zu seconds=%.3f index_bytes=%zu bytes_per_sample=%.1f "
+      "resampler=%s\n",
       double(folder.size()) / seconds, folder.size(), seconds, folder.index_bytes(),
-      double(folder.index_bytes()) / double(folder.size()));
+      double(folder.index_bytes()) / double(folder.size()), ddp::data::resize_bilinear_kernel());
 }
 
 void bench_decode(const Settings& s) {

@@ -10,7 +10,9 @@
 # before the first turn, so both sides decode from the page cache. The last line is the train
 # pipeline's ratio ddp.cpp / PyTorch, as N.NNx.
 #
-# usage: bench/loader.sh DIR [THREADS (nproc)]
+# usage: bench/loader.sh [--tier native|avx512|avx2|sse41] DIR [THREADS (nproc)]
+#   --tier: both sides decode and transform as on a CPU of that tier (scripts/cpu-tier.sh: the
+#           resampler's copy, libjpeg-turbo's SIMD, LibTorch's kernels); the head names it.
 #   DIR: an ImageFolder root with train/ and val/ (bench/make_imagefolder.py writes one:
 #        .venv/bin/python bench/make_imagefolder.py /tmp/imagenet-like --classes 10 --train 160 --val 40)
 #   ROUNDS=3         rounds of turns
@@ -20,7 +22,13 @@
 #   DECODE_FILES=16  files tjbench decodes (every k-th of DIR/train in ImageFolder's order)
 #   DDP_BUILD=build  where bench-loader is; DDP_PYTHON the reference Python (bench/common.sh)
 set -euo pipefail
-usage="usage: bench/loader.sh DIR [THREADS]"
+usage="usage: bench/loader.sh [--tier TIER] DIR [THREADS]"
+if [[ ${1:-} == --tier ]]; then
+  tier=${2:?--tier needs native, avx512, avx2 or sse41}
+  shift 2
+  [[ ${DDP_CPU_TIER:-} == "$tier" ]] ||
+    exec "$(dirname "$0")/../scripts/cpu-tier.sh" "$tier" "$0" "$@"
+fi
 dir=$(realpath "${1:?$usage}")
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -118,6 +126,9 @@ run_tjbench() {
 
 versions=$("$python" -c 'import torch, torchvision, PIL; print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, pillow {PIL.__version__}")')
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+jsimd=$(env | sed -n 's/^\(JSIMD_FORCE[A-Z0-9]*\)=.*/\1/p' | xargs)
+resampler=$("$ours" --dir "$dir" --pipeline index | sed -n 's/.* resampler=\([a-z0-9]*\).*/\1/p')
+echo "tier: ${DDP_CPU_TIER:-native} (ours: resampler's $resampler copy; libjpeg-turbo: ${jsimd:-its best SIMD})"
 echo "reference: $versions ($python); libjpeg-turbo $(dpkg-query -W -f='${Version}' libjpeg-turbo-progs 2>/dev/null || echo '?') tjbench"
 echo "files: $dir: ${#train_files[@]} in train/, ${#val_files[@]} in val/; $(du -sh "$dir" | cut -f1)"
 echo "runs: $rounds rounds, train $train_images and eval $eval_images images per run after $warmup warm-up batches of $batch," \

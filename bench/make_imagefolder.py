@@ -1,7 +1,7 @@
 """Writes an ImageNet-like ImageFolder of JPEG photographs for the loader benchmarks.
 
 usage: make_imagefolder.py OUT [--classes 10] [--train 100] [--val 20] [--seed S] [--quality 90]
-                            [--jobs J]
+                            [--jobs J] [--full-size]
 
 OUT/train/<class>/<class>_<k>.JPEG (N images per class) and OUT/val/<class>/<class>_val_<k>.JPEG
 (M per class), class names like ImageNet's WordNet ids (n00000000, n00000001, ...). Each image is
@@ -16,6 +16,11 @@ megapixels: its photos were mostly saved at higher qualities (--quality 96 gives
 draws mostly from "its" photograph with its own tint, so a network can learn something from them.
 The same --seed writes byte-identical files (with the same Pillow and libjpeg); each image has
 its own random stream, so the first images of a larger set are those of a smaller one.
+
+--full-size: each image is a whole photograph instead, at its own size (from 303 x 384 to
+2,000 pixels wide and more) or at 1/2 or 1/3 of it (some then under 200 pixels), mirrored,
+tinted and grained as above: sizes far from ImageNet's, to measure decoding and resizing where
+they are not 224-px-ish.
 
 Prints the files written, their bytes and mean size, and the seconds taken.
 """
@@ -77,12 +82,18 @@ def target_size(rng):
     return max(1, round(long_side * aw / ah)), long_side
 
 
-def make_image(photos, cls, rng):
+def make_image(photos, cls, rng, full_size=False):
     # Mostly the class's own photograph, sometimes another one.
     own = cls % len(photos)
     index = own if rng.random() < 0.8 else int(rng.integers(len(photos)))
     src = photos[index][1]
     h, w = src.shape[:2]
+    if full_size:
+        divisor = [1, 1, 2, 3][int(rng.integers(4))]
+        im = Image.fromarray(src)
+        if divisor > 1:
+            im = im.resize((max(8, w // divisor), max(8, h // divisor)), Image.BICUBIC)
+        return finish_image(im, cls, rng)
     tw, th = target_size(rng)
     # A crop of the target's aspect covering 25%..100% of the largest such crop.
     scale = np.sqrt(rng.uniform(0.25, 1.0))
@@ -96,6 +107,11 @@ def make_image(photos, cls, rng):
     x = int(rng.integers(0, w - cw + 1))
     y = int(rng.integers(0, h - ch + 1))
     im = Image.fromarray(src[y:y + ch, x:x + cw]).resize((tw, th), Image.BICUBIC)
+    return finish_image(im, cls, rng)
+
+
+def finish_image(im, cls, rng):
+    """im mirrored at random, tinted for class cls, brightened and grained."""
     if rng.random() < 0.5:
         im = im.transpose(Image.FLIP_LEFT_RIGHT)
     a = np.asarray(im, dtype=np.float32)
@@ -114,7 +130,7 @@ def class_name(c):
     return f"n{c:08d}"
 
 
-def write_class(out, split, split_id, c, count, seed, quality):
+def write_class(out, split, split_id, c, count, seed, quality, full_size):
     """Writes class c's `count` images of `split`; returns (files, bytes, pixels)."""
     photos = load_photos()
     name = class_name(c)
@@ -124,7 +140,7 @@ def write_class(out, split, split_id, c, count, seed, quality):
     for k in range(count):
         # One stream per image: independent of how many classes/images there are.
         rng = np.random.default_rng([seed, split_id, c, k])
-        im = make_image(photos, c, rng)
+        im = make_image(photos, c, rng, full_size)
         stem = f"{name}_{k}" if split == "train" else f"{name}_val_{k}"
         path = os.path.join(folder, stem + ".JPEG")
         im.save(path, "JPEG", quality=quality, subsampling=2, optimize=False)
@@ -145,13 +161,15 @@ def main():
     p.add_argument("--quality", type=int, default=90)
     p.add_argument("--jobs", type=int, default=1,
                    help="processes writing classes side by side (the files are the same)")
+    p.add_argument("--full-size", action="store_true",
+                   help="whole photographs at their own sizes (or 1/2, 1/3), not ImageNet-like")
     args = p.parse_args()
     if args.classes < 1 or args.train < 0 or args.val < 0 or args.jobs < 1:
         sys.exit("make_imagefolder: --classes and --jobs must be >= 1, --train and --val >= 0")
     start = time.perf_counter()
     photos = load_photos()  # a missing photograph fails here, before any process starts
     splits = (("train", 0, args.train), ("val", 1, args.val))
-    work = [(args.out, split, split_id, c, count, args.seed, args.quality)
+    work = [(args.out, split, split_id, c, count, args.seed, args.quality, args.full_size)
             for split, split_id, count in splits for c in range(args.classes)]
     if args.jobs == 1:
         results = [write_class(*w) for w in work]

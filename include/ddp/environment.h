@@ -93,6 +93,10 @@ inline constexpr char kMallocTrimThreshold[] = "MALLOC_TRIM_THRESHOLD_";
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 /// Intra-op threads per worker where the program is not told otherwise.
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+/// LibTorch's cap on its kernels' instruction set ("default", "avx2", "avx512"); ddp.cpp's own
+/// vectorised loops (the image resampler) follow it too, so scripts/cpu-tier.sh plays an older
+/// CPU for both.
+inline constexpr char kAtenCpuCapability[] = "ATEN_CPU_CAPABILITY";
 /// OpenBLAS's kernel set (e.g. "Haswell"); bench-ceiling raises it to "SkylakeX" where the CPU
 /// has AVX-512 and the machine asked for less, to measure the real ceiling.
 inline constexpr char kOpenblasCoretype[] = "OPENBLAS_CORETYPE";

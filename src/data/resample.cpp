@@ -7,16 +7,13 @@
 #include "ddp/data/resample.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "ddp/environment.h"
 #include "ddp/error.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#define DDP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
-#else
-#define DDP_MULTIVERSION
-#endif
 
 namespace ddp::data {
 namespace {
@@ -84,11 +81,15 @@ inline uint8_t clip8(int32_t v) {
 
 // The vertical pass: output row yy weighs rows first[yy].. of `rows` (row y at rows + y * pitch,
 // `bytes` bytes each), summed in `sums` (`bytes` of them). Row by row, so the inner loop runs
-// along the row and vectorises; x86-64's baseline (SSE2) has no 32-bit multiply, so an AVX2 copy
-// is made too, picked at load time (3x faster there).
-DDP_MULTIVERSION void weigh_columns(const uint8_t* rows, size_t pitch, size_t bytes,
-                                    const Coefficients& c, int out_height, uint8_t* out,
-                                    int32_t* sums) {
+// along the row and vectorises: compiled once per x86 tier below and picked at run time (x86-64's
+// baseline, SSE2, has no 32-bit multiply: AVX2's copy is 3x faster). Elsewhere (arm64: NEON is
+// its baseline) it is compiled once.
+using WeighColumns = void (*)(const uint8_t* rows, size_t pitch, size_t bytes,
+                              const Coefficients& c, int out_height, uint8_t* out, int32_t* sums);
+
+[[gnu::always_inline]] inline void weigh_columns_body(const uint8_t* rows, size_t pitch,
+                                                      size_t bytes, const Coefficients& c,
+                                                      int out_height, uint8_t* out, int32_t* sums) {
   for (int yy = 0; yy < out_height; ++yy) {
     int32_t* __restrict s = sums;
     for (size_t i = 0; i < bytes; ++i) s[i] = 1 << (kPrecisionBits - 1);
@@ -101,6 +102,63 @@ DDP_MULTIVERSION void weigh_columns(const uint8_t* rows, size_t pitch, size_t by
     uint8_t* __restrict line = out + size_t(yy) * bytes;
     for (size_t i = 0; i < bytes; ++i) line[i] = clip8(s[i]);
   }
+}
+
+// The same integer sums in each: only the instructions differ.
+void weigh_columns_baseline(const uint8_t* rows, size_t pitch, size_t bytes, const Coefficients& c,
+                            int out_height, uint8_t* out, int32_t* sums) {
+  weigh_columns_body(rows, pitch, bytes, c, out_height, out, sums);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DDP_RESAMPLE_X86_TIERS 1
+[[gnu::target("avx2,fma")]] void weigh_columns_avx2(const uint8_t* rows, size_t pitch, size_t bytes,
+                                                    const Coefficients& c, int out_height,
+                                                    uint8_t* out, int32_t* sums) {
+  weigh_columns_body(rows, pitch, bytes, c, out_height, out, sums);
+}
+
+[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq")]] void weigh_columns_avx512(
+    const uint8_t* rows, size_t pitch, size_t bytes, const Coefficients& c, int out_height,
+    uint8_t* out, int32_t* sums) {
+  weigh_columns_body(rows, pitch, bytes, c, out_height, out, sums);
+}
+#endif
+
+struct ResampleKernel {
+  const char* name;
+  WeighColumns weigh_columns;
+};
+
+// The best copy this CPU runs, capped by ATEN_CPU_CAPABILITY ("default", "avx2", "avx512"), as
+// LibTorch's own kernels are: so scripts/cpu-tier.sh plays an older CPU here too.
+ResampleKernel choose_kernel() {
+#if defined(DDP_RESAMPLE_X86_TIERS)
+  const char* cap = std::getenv(env::kAtenCpuCapability);
+  const std::string capability = cap ? cap : "";
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
+  if (avx512 && (capability.empty() || capability == "avx512")) {
+    return {"avx512", weigh_columns_avx512};
+  }
+  if (avx2 && capability != "default") return {"avx2", weigh_columns_avx2};
+  return {"sse2", weigh_columns_baseline};
+#else
+  return {"baseline", weigh_columns_baseline};
+#endif
+}
+
+const ResampleKernel& kernel() {
+  static const ResampleKernel chosen = choose_kernel();
+  return chosen;
+}
+
+void weigh_columns(const uint8_t* rows, size_t pitch, size_t bytes, const Coefficients& c,
+                   int out_height, uint8_t* out, int32_t* sums) {
+  kernel().weigh_columns(rows, pitch, bytes, c, out_height, out, sums);
 }
 
 // The vertical pass (weigh_columns) with its own sums.
@@ -168,6 +226,8 @@ void check_arguments(const uint8_t* src, int width, int height, size_t stride, c
 }
 
 }  // namespace
+
+const char* resize_bilinear_kernel() { return kernel().name; }
 
 void resize_bilinear(const uint8_t* src, int width, int height, size_t stride, const Box& box,
                      int out_width, int out_height, uint8_t* out) {

@@ -6,12 +6,14 @@
 // pixels of 16 of the cases, mostly tall ones, so against those the test allows 1.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "ddp/data/resample.h"
+#include "ddp/environment.h"
 #include "ddp/error.h"
 #include "support/pil_reference.h"
 
@@ -63,6 +65,25 @@ TEST(ResizeBilinear, EqualsPil) {
   }
   EXPECT_GE(resizes, 60);
   EXPECT_GE(crops, 20);
+}
+
+TEST(ResizeBilinear, RunsTheBestCopyThisCpuHasUnderLibTorchsCap) {
+  // scripts/cpu-tier.sh's tiers set ATEN_CPU_CAPABILITY; EqualsPil then checks that copy's pixels.
+  const std::string kernel = resize_bilinear_kernel();
+  const char* cap = std::getenv(env::kAtenCpuCapability);
+  const std::string capability = cap ? cap : "";
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  const std::string best = capability == "default"          ? "sse2"
+                           : avx512 && capability != "avx2" ? "avx512"
+                           : avx2                           ? "avx2"
+                                                            : "sse2";
+  EXPECT_EQ(kernel, best) << "ATEN_CPU_CAPABILITY=" << capability;
+#else
+  EXPECT_EQ(kernel, "baseline");
+#endif
 }
 
 TEST(ResizeBilinear, IntegralBoxOfTheOutputSizeIsACrop) {

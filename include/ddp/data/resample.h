@@ -26,4 +26,9 @@ struct Box {
 void resize_bilinear(const uint8_t* src, int width, int height, size_t stride, const Box& box,
                      int out_width, int out_height, uint8_t* out);
 
+/// Which copy of resize_bilinear()'s inner loop this CPU runs, for a report: "avx512", "avx2" or
+/// "sse2" on x86-64 (the best the CPU has, capped by ATEN_CPU_CAPABILITY as LibTorch's kernels
+/// are), "baseline" elsewhere (arm64's baseline has NEON). Every copy computes the same pixels.
+const char* resize_bilinear_kernel();
+
 }  // namespace ddp::data
