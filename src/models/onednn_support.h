@@ -50,9 +50,9 @@ inline int64_t cpu_block_channels() {
 // Whether a primitive runs one of oneDNN's jit kernels for the operation itself (jit:avx2,
 // jit_wino_4x3:avx512_core, brgconv:avx512_core, ...), not its reference loop (ref:any), which it
 // falls back to for what no kernel of this CPU takes. Not its im2col + GEMM convolutions
-// (x64:gemm:jit) either: with oneDNN 2.6 (Debian 12) their backward passes, chosen under
-// ONEDNN_MAX_CPU_ISA=SSE41, failed to execute ("unimplemented") in LibTorch's process, though
-// they ran in a program of their own; LibTorch's convolution is as fast there.
+// (x64:gemm:jit) either: oneDNN 2.6's GEMM (Debian 12) answers "unimplemented" when executed in a
+// process that loads PyPI's LibTorch 2.14, whose libtorch_cpu exports MKL's BLAS symbols (in a
+// program of its own it runs); where oneDNN would choose it (SSE4.1 CPUs), LibTorch computes.
 template <class PrimitiveDesc>
 bool runs_jit_kernel(const PrimitiveDesc& pd) {
   const std::string impl = pd.impl_info_str();
