@@ -24,7 +24,7 @@ ensure_bench_data
 echo "tier: ${DDP_CPU_TIER:-native}; CPU: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
   "($(nproc) vCPUs; SIMD flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
     grep -E '^(sse4_1|avx|avx2|fma|avx512f|avx512_bf16|avx512_vnni|amx_tile|amx_bf16)$' | xargs))"
-echo "Net's layers: $("$build/ddp-train" --version | sed -n "s/^Net's layers on this CPU: //p")"
+echo "Net's layers: $("$build/ddp-train" --version | sed -n "s/^Net's layers on this CPU ([^)]*): //p")"
 echo
 echo "| turn | Python reference images/s | ddp-train images/s | ratio | / ceiling right after, direct FLOPs | / ceiling, multiplies executed | --cpu-bind cores images/s | ratio | / ceiling, multiplies executed | without DDP images/s | / ceiling, multiplies executed |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"

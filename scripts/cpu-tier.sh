@@ -2,7 +2,7 @@
 # Runs a command as if this x86 machine's CPU stopped at an older instruction set, so that one
 # AVX-512 machine can test and measure what users' AVX2-only or SSE4.1-only CPUs run: oneDNN
 # (Debian's 2.x and LibTorch's own), LibTorch's kernels, MKL and libjpeg-turbo are each capped by
-# their own environment variable, set here together.
+# their own environment variable, set here together; ddp.cpp's resampler follows LibTorch's.
 #
 # usage: scripts/cpu-tier.sh TIER [--] COMMAND [ARGS...]
 #        scripts/cpu-tier.sh --list      the tiers this machine can play, one a line
@@ -56,12 +56,13 @@ case $tier in
     export ONEDNN_MAX_CPU_ISA=AVX512_CORE ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512
     ;;  # libjpeg-turbo 2.1 has no AVX-512 code: AVX2 already
   avx2)
-    export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-      JSIMD_FORCEAVX2=1
+    # libjpeg-turbo 2.1's best is AVX2 already; its JSIMD_FORCEAVX2 would also drop the SSE2-only
+    # routines (the scaled IDCTs) that a real AVX2 CPU runs.
+    export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
     ;;
   sse41)
     # LibTorch's kernels below AVX2 are its 'default' build (SSE2 and up); libjpeg-turbo's x86-64
-    # code below AVX2 is SSE2.
+    # code below AVX2 is SSE2; MKL's lowest setting is SSE4.2, one step above the tier.
     export ONEDNN_MAX_CPU_ISA=SSE41 ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 \
       JSIMD_FORCESSE2=1
     ;;

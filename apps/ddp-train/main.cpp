@@ -47,7 +47,8 @@ void print_version() {
   } else {
     std::printf("devices: cpu (this LibTorch has no CUDA)\n");
   }
-  std::printf("Net's layers on this CPU: %s\n", ddp::models::Net()->kernels().c_str());
+  std::printf("Net's layers on this CPU (CIFAR-10's images, fp32): %s\n",
+              ddp::models::Net()->kernels().c_str());
 }
 
 std::string self_executable() {

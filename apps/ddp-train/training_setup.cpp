@@ -161,8 +161,9 @@ void build_model(const TrainOptions& o, TrainingSetup& s) {
     }
   }
   s.model->to(s.device);
+  // What computes the layers in fp32; under bf16 autocast LibTorch's kernels do.
   const std::string kernels = s.model->kernels();
-  if (s.is_root() && s.device.is_cpu() && !kernels.empty()) {
+  if (s.is_root() && s.device.is_cpu() && !kernels.empty() && o.precision == Precision::kFp32) {
     std::printf("layers: %s\n", kernels.c_str());
   }
 }

@@ -141,7 +141,8 @@ ResampleKernel choose_kernel() {
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq");
-  if (avx512 && (capability.empty() || capability == "avx512")) {
+  // Other values LibTorch ignores (it warns and takes the best), and so does this.
+  if (avx512 && capability != "avx2" && capability != "default") {
     return {"avx512", weigh_columns_avx512};
   }
   if (avx2 && capability != "default") return {"avx2", weigh_columns_avx2};

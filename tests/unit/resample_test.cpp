@@ -76,10 +76,10 @@ TEST(ResizeBilinear, RunsTheBestCopyThisCpuHasUnderLibTorchsCap) {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   const bool avx2 = __builtin_cpu_supports("avx2");
-  const std::string best = capability == "default"          ? "sse2"
-                           : avx512 && capability != "avx2" ? "avx512"
-                           : avx2                           ? "avx2"
-                                                            : "sse2";
+  const std::string best = capability == "default"                                     ? "sse2"
+                           : avx512 && capability != "avx2" && capability != "default" ? "avx512"
+                           : avx2                                                      ? "avx2"
+                                                                                       : "sse2";
   EXPECT_EQ(kernel, best) << "ATEN_CPU_CAPABILITY=" << capability;
 #else
   EXPECT_EQ(kernel, "baseline");
