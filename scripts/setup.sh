@@ -117,12 +117,24 @@ fi
 [[ ${DDP_SETUP_BUILD:-1} == 0 ]] && exit 0
 
 # A build folder configured against another LibTorch is started afresh: CMake's cache would keep
-# the old one's paths.
+# the old one's paths, and a wheel of another version at the same path its CUDA version (which
+# torch's CMake package then finds at odds with the new headers).
 cached=$(sed -n 's/^Torch_DIR:PATH=//p' build/CMakeCache.txt 2>/dev/null || true)
 if [[ -n $cached && ($libtorch == wheel && $cached != "$torch_dir" ||
   $libtorch == debian && $cached != /usr/*) ]]; then
   echo "setup: build/ was configured against $cached; configuring it afresh"
   rm -rf build
+fi
+if [[ $libtorch == wheel ]]; then
+  torch_version=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
+  configured=$(cat build/.setup-torch-version 2>/dev/null || true)
+  if [[ -f build/CMakeCache.txt && $configured != "$torch_version" ]]; then
+    echo "setup: build/ was configured against torch ${configured:-of another setup}, .venv has" \
+      "$torch_version; configuring it afresh"
+    rm -rf build
+  fi
+  mkdir -p build
+  echo "$torch_version" >build/.setup-torch-version
 fi
 cmake -S . -B build "${cmake_args[@]}" "$@"
 # The programs a user runs first; the test binaries (about a third of the compile time) are built
