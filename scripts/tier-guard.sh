@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # A guard, not a benchmark: runs COMMAND natively and then under each TIER (scripts/cpu-tier.sh),
 # prints the seconds each took and the last epoch's test accuracy, and fails if a tier took more
-# than R times the native run, if the command failed, or if its accuracy is not the native run's
-# (within G points). It catches a kernel that falls to a reference loop on older CPUs (1,000x
-# slower once, and nothing noticed), or one that computes something else; not a few percent.
+# than R times the native run, if the command failed, or if its accuracy is more than G points
+# from the native run's (kernels for other instruction sets round differently: on Debian 12's
+# LibTorch 1.13 the quick start reached 79.08% natively, 79.07% on avx2, 79.05% on sse41; on
+# PyPI's 2.14 and 2.15, 79.05% on all three). It catches a kernel that falls to a reference loop
+# on older CPUs (1,000x slower once, and nothing noticed), or one that computes something else;
+# not a few percent.
 #
-# usage: scripts/tier-guard.sh [--max-ratio R (5; 0: no time check)] [--max-accuracy-gap G (0)]
+# usage: scripts/tier-guard.sh [--max-ratio R (5; 0: no time check)] [--max-accuracy-gap G (0.1)]
 #                              TIER... -- COMMAND [ARGS...]
 # Exit status: 0 all held, 1 something did not, 2 usage, 77 this CPU cannot play a TIER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 max_ratio=5
-max_gap=0
+max_gap=0.1
 while [[ ${1:-} == --max-* ]]; do
   case $1 in
     --max-ratio) max_ratio=${2:?--max-ratio needs a number} ;;
