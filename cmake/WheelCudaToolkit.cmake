@@ -57,6 +57,8 @@ function(ddp_wheel_cuda_toolkit torch_cmake_dir out_dir)
       file(CREATE_LINK "${library}" "${out_dir}/lib64/${unversioned}" SYMBOLIC)
     endif()
   endforeach()
+  # nvcc.profile names $(TOP)/lib (cuda-toolkit 13.2's wheels) where FindCUDA looks in lib64.
+  file(CREATE_LINK "lib64" "${out_dir}/lib" SYMBOLIC)
   set(CMAKE_CUDA_COMPILER "${out_dir}/bin/nvcc" PARENT_SCOPE)
   set(CUDA_TOOLKIT_ROOT_DIR "${out_dir}" PARENT_SCOPE)
   set(CUDAToolkit_ROOT "${out_dir}" PARENT_SCOPE)
