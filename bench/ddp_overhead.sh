@@ -4,10 +4,10 @@
 # each turn keeps the ranks in step without moving gradients (--lockstep-baseline: an all-reduce
 # of one float after every backward), to tell what DDP itself costs from what waiting for the
 # slower rank costs. Times are the job's training seconds from --metrics; the step-time breakdown
-# of the last turn follows, then bench/step_trace.py's summary of every run's --step-trace (how
+# of the last turn follows, then tools/step_trace.py's summary of every run's --step-trace (how
 # far apart the ranks reach the all-reduce, how long it takes once both have, and what lock step
 # would cost the free-running ranks with their own step times).
-# The warm overhead compares the runs' paces once the first steps are over (bench/step_trace.py:
+# The warm overhead compares the runs' paces once the first steps are over (tools/step_trace.py:
 # the slowest rank's step time from the 6th step on, from step STEPS/10 + 1 in runs under 50
 # steps). It leaves out start-up costs that every run pays but DDP pays in lock step (oneDNN
 # building its kernels, the heap faulted in: on this VM a rank's first 2 steps took 350-520 ms
@@ -111,6 +111,6 @@ for name in ddp lockstep baseline; do
   echo
 done
 echo
-echo "where the waiting goes, medians over the $turns turns (bench/step_trace.py; ms per step):"
+echo "where the waiting goes, medians over the $turns turns (tools/step_trace.py; ms per step):"
 traces() { local t p=""; for ((t = 1; t <= turns; t++)); do p+="${p:+,}$out/$1.$t"; done; echo "$1=$p"; }
-python3 bench/step_trace.py "$(traces ddp)" "$(traces lockstep)" "$(traces baseline)"
+python3 tools/step_trace.py "$(traces ddp)" "$(traces lockstep)" "$(traces baseline)"

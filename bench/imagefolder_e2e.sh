@@ -18,7 +18,7 @@
 #
 # usage: bench/imagefolder_e2e.sh DIR [ROUNDS (2)] [STEPS (35)]
 #   DIR: an ImageFolder root with train/ of at least STEPS x RANKS x BATCH images
-#        (bench/make_imagefolder.py DIR --classes 10 --train 450 --val 10 writes 4,500)
+#        (tools/make_imagefolder.py DIR --classes 10 --train 450 --val 10 writes 4,500)
 #   WARMUP=5           steps left out of the steady figures
 #   WORKERS=1          the reference's DataLoader num_workers per rank
 #   DDP_TRAIN_FLAGS    more ddp-train flags (its loader threads, say), split on spaces
@@ -101,7 +101,7 @@ classes=$(find -L "$dir/train" -mindepth 1 -maxdepth 1 -type d | wc -l)
 # Every run takes all its steps in one epoch: fewer images would leave a few steady steps to noise.
 images=$(find -L "$dir/train" -mindepth 2 -maxdepth 2 -type f | wc -l)
 ((images >= steps * ranks * batch)) || {
-  echo "imagefolder_e2e: $dir/train has $images images, fewer than the $((steps * ranks * batch)) that $steps steps of $ranks x $batch take; write more (bench/make_imagefolder.py)" >&2
+  echo "imagefolder_e2e: $dir/train has $images images, fewer than the $((steps * ranks * batch)) that $steps steps of $ranks x $batch take; write more (tools/make_imagefolder.py)" >&2
   exit 2
 }
 versions=$("$python" -c 'import torch, torchvision, PIL; print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, pillow {PIL.__version__}")')

@@ -13,8 +13,8 @@
 # usage: bench/loader.sh [--tier native|avx512|avx2|sse41] DIR [THREADS (nproc)]
 #   --tier: both sides decode and transform as on a CPU of that tier (scripts/cpu-tier.sh: the
 #           resampler's copy, libjpeg-turbo's SIMD, LibTorch's kernels); the head names it.
-#   DIR: an ImageFolder root with train/ and val/ (bench/make_imagefolder.py writes one:
-#        .venv/bin/python bench/make_imagefolder.py /tmp/imagenet-like --classes 10 --train 160 --val 40)
+#   DIR: an ImageFolder root with train/ and val/ (tools/make_imagefolder.py writes one:
+#        .venv/bin/python tools/make_imagefolder.py /tmp/imagenet-like --classes 10 --train 160 --val 40)
 #   ROUNDS=3         rounds of turns
 #   IMAGES=1024      images timed per run (whole batches of 64; fewer where DIR has fewer)
 #   WARMUP=2         batches not timed at the start of each run: passed to bench-loader as

@@ -94,7 +94,7 @@ endif()
 
 # A CUDA build of LibTorch (an official CUDA download, or the torch Python package's) has the
 # torch_cuda target, which declares USE_C10D_NCCL to whatever links it: then the NCCL code paths
-# (src/torch_compat.h, src/process_group.cpp) are compiled, and --device cuda / --backend nccl work.
+# (src/torch_compat.h, src/process_group/) are compiled, and --device cuda / --backend nccl work.
 if(TARGET torch_cuda)
   get_target_property(_ddp_cuda_definitions torch_cuda INTERFACE_COMPILE_DEFINITIONS)
   if("USE_C10D_NCCL" IN_LIST _ddp_cuda_definitions)

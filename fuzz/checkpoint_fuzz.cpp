@@ -12,8 +12,8 @@
 
 #include <torch/torch.h>
 
-#include "ddp/checkpoint.h"
-#include "ddp/environment.h"
+#include "app_environment.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "ddp/error.h"
 
 namespace {

@@ -23,7 +23,7 @@ if [[ ! -f $env_file ]]; then
 fi
 source "$env_file"
 flags=(-std="$fuzz_std" -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-  -Iinclude -Isrc "${fuzz_includes[@]}" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO)
+  -Iinclude -Isrc -Iapps/common "${fuzz_includes[@]}" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO)
 # -rss_limit_mb and -malloc_limit_mb bound what one input may allocate; -timeout its time.
 # A finding is written to $out/ (crash-*, oom-*, timeout-*), named in the log.
 run=(-seed="$seed" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
@@ -51,7 +51,8 @@ fi
 # The checkpoint target writes its own seeds (a real checkpoint and an export); Python adds a
 # torch.save'd state dict, the other format the loader reads.
 "$fuzz_cxx" "${flags[@]}" fuzz/checkpoint_fuzz.cpp \
-  src/checkpoint.cpp src/pickle_guard.cpp src/atomic_file.cpp "${fuzz_torch_libs[@]}" -o "$out/checkpoint_fuzz"
+  src/checkpoint/checkpoint.cpp src/checkpoint/checkpoint_files.cpp src/checkpoint/pickle_format.cpp \
+  src/checkpoint/pickle_guard.cpp src/atomic_file.cpp "${fuzz_torch_libs[@]}" -o "$out/checkpoint_fuzz"
 "$fuzz_python" -c 'import sys, torch; torch.manual_seed(0)
 torch.save(torch.nn.Linear(3, 2).state_dict(), sys.argv[1])' \
   "$out/checkpoint-corpus/seed-python.pt"

@@ -12,7 +12,7 @@
 #      (bench/gpu_compare.sh), batch 64 and 512, fp32 and bf16;
 #   5. own images: ResNet-50, bf16, channels-last, batch 256 on GPU 0, ddp-train's loader on the
 #      machine's cores against PyTorch's DataLoader with num_workers = the cores
-#      (bench/imagefolder_e2e.sh on JPEGs bench/make_imagefolder.py writes there); needs
+#      (bench/imagefolder_e2e.sh on JPEGs tools/make_imagefolder.py writes there); needs
 #      TurboJPEG, which scripts/device-deps.sh puts in .device/.
 # Everything it prints also goes to $OUT (the device tool's folder; else $build/out): the log,
 # and the speed tables alone in gpu-speed.md and gpu-images.md.
@@ -68,10 +68,10 @@ own_images() {
   cores=$(nproc)
   local size=224 model=resnet50 batch=256 precision=bf16 device=cuda steps=30 classes=16 each=500
   ((rehearse)) && size=64 model=resnet18 batch=16 device=cpu steps=8 classes=4 each=40
-  say "own images: writing $((classes * each)) JPEGs (bench/make_imagefolder.py)"
+  say "own images: writing $((classes * each)) JPEGs (tools/make_imagefolder.py)"
   rm -rf "$images"
-  "$python" bench/make_imagefolder.py "$images" --classes "$classes" --train "$each" --val 1 \
-    --jobs "$cores" || { fail "bench/make_imagefolder.py"; return; }
+  "$python" tools/make_imagefolder.py "$images" --classes "$classes" --train "$each" --val 1 \
+    --jobs "$cores" || { fail "tools/make_imagefolder.py"; return; }
   say "own images: $model, $precision, channels-last, batch $batch on $device (bench/imagefolder_e2e.sh)"
   DDP_BUILD=$build DDP_PYTHON=$python RANKS=1 BATCH=$batch IMAGE_SIZE=$size MODEL=$model \
     DEVICE=$device PRECISION=$precision WORKERS=$cores REFERENCE_FLAGS=--channels-last \

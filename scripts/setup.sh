@@ -90,7 +90,7 @@ if [[ $libtorch == wheel ]]; then
   echo "setup: PyPI's torch into .venv ($(grep -v '^#' scripts/python-requirements.txt | xargs))"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt
   # The benches' own packages (bench/requirements.txt: scikit-image's photographs, which
-  # bench/make_imagefolder.py cuts its ImageNet-like JPEG folders from).
+  # tools/make_imagefolder.py cuts its ImageNet-like JPEG folders from).
   .venv/bin/python -m pip install -q --disable-pip-version-check -r bench/requirements.txt
   torch_prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
   torch_dir=$torch_prefix/Torch

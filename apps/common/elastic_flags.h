@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/launch.h"
+#include "ddp/elastic/launch.h"
 #include "flags.h"
 
 namespace ddp::cli {

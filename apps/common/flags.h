@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/cpu_binding.h"
+#include "ddp/elastic/cpu_binding.h"
 #include "ddp/error.h"
 
 namespace ddp::cli {

@@ -10,20 +10,20 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "ddp/cpu_binding.h"
+#include "ddp/debug/hang_analysis.h"
+#include "ddp/elastic/cpu_binding.h"
+#include "ddp/elastic/launch.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
-#include "ddp/hang_analysis.h"
-#include "ddp/launch.h"
 #include "ddp/models/net.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
-#include "make_data.h"
 #include "options.h"
-#include "plot.h"
-#include "plot_trace.h"
-#include "preview.h"
-#include "trainer.h"
+#include "tools/make_data.h"
+#include "tools/plot.h"
+#include "tools/plot_trace.h"
+#include "tools/preview.h"
+#include "train/trainer.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #include "options.h"
 
 #include "config_file.h"
-#include "ddp/comm_hook_registry.h"
+#include "ddp/algorithms/comm_hook_registry.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "elastic_flags.h"
@@ -227,7 +227,7 @@ const cli::FlagTable<O>& table() {
         text_flag<O>("--step-trace", "PREFIX",
                      "every rank writes its steps' times (batch ready, forward, own backward, "
                      "gradients averaged, optimizer; monotonic-clock seconds) to "
-                     "PREFIX.RANK.csv, to find a straggling rank; bench/step_trace.py "
+                     "PREFIX.RANK.csv, to find a straggling rank; tools/step_trace.py "
                      "summarises them",
                      &O::step_trace),
         text_flag<O>("--tensorboard", "DIR",

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/cpu_binding.h"
 #include "ddp/data/dataset.h"
 #include "ddp/data/loader.h"
-#include "ddp/launch.h"
+#include "ddp/elastic/cpu_binding.h"
+#include "ddp/elastic/launch.h"
 #include "ddp/precision.h"
 
 namespace ddp::train {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "ddp/elastic/launch.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
-#include "ddp/launch.h"
 #include "elastic_flags.h"
 #include "flags.h"
 

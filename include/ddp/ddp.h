@@ -27,7 +27,7 @@
 
 #include <torch/torch.h>
 
-#include "ddp/comm_hook.h"
+#include "ddp/algorithms/comm_hook.h"
 #include "ddp/process_group.h"
 #include "ddp/reducer.h"
 

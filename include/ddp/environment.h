@@ -1,11 +1,12 @@
-// Every environment variable ddp.cpp reads or sets, named once, with what it means. The code
+// Every environment variable the library reads or sets, named once, with what it means. The code
 // names a variable only through these constants, so that this list is complete; the launchers'
-// conventions are torchrun's, Slurm's and Open MPI's.
+// conventions are torchrun's, Slurm's and Open MPI's. The programs' own few (the trainer's fault
+// injection, the fuzzer's seeds) are in apps/common/app_environment.h.
 #pragma once
 
 namespace ddp::env {
 
-// --- Who a worker is: set by a launcher (torchrun, ddprun, launch()), read by
+// --- Who a worker is: set by a launcher (torchrun, launch()), read by
 // --- WorldInfo::from_environment() (world.h).
 
 /// This process's rank in the job, 0 to WORLD_SIZE - 1.
@@ -30,8 +31,9 @@ inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr char kStoreFile[] = "DDP_STORE_FILE";
 /// The key prefix of the workers' keys in the agent's store (an elastic launcher's round).
 inline constexpr char kStorePrefix[] = "DDP_STORE_PREFIX";
-/// "continue": the launcher keeps the survivors running when a worker fails (--on-failure
-/// continue); the workers form a FaultTolerantGroup (fault_tolerance.h).
+/// "continue": the launcher keeps the survivors running when a worker fails
+/// (LaunchOptions::on_failure "continue"); the workers form a FaultTolerantGroup
+/// (fault_tolerance.h).
 inline constexpr char kOnFailure[] = "DDP_ON_FAILURE";
 /// "1": this worker replaces a lost one in a running fault-tolerant job (FaultTolerantGroup::join).
 inline constexpr char kNewcomer[] = "DDP_NEWCOMER";
@@ -102,13 +104,5 @@ inline constexpr char kAtenCpuCapability[] = "ATEN_CPU_CAPABILITY";
 inline constexpr char kOpenblasCoretype[] = "OPENBLAS_CORETYPE";
 /// The GPUs a process may see (CUDA's own variable; named in messages about missing GPUs).
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
-
-// --- The programs' and the tests' own.
-
-/// ddp-train's fault injection for reliability tests: KIND@STEP[:RANK] (nan, throw, hang, exit)
-/// or slow@STEP:RANK:MS; see apps/ddp-train/fault.h.
-inline constexpr char kFault[] = "DDP_FAULT";
-/// Where the checkpoint fuzzer (fuzz/checkpoint_fuzz.cpp) first writes its seed inputs.
-inline constexpr char kFuzzSeedDir[] = "DDP_FUZZ_SEED_DIR";
 
 }  // namespace ddp::env

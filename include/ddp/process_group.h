@@ -1,7 +1,8 @@
 // Joining the job: rendezvous through a c10d store (init_method env://, tcp://host:port or
 // file://path), then a c10d process group for the collectives (gloo on CPU; nccl and mpi where
-// LibTorch has them). Everything the rest of ddp.cpp needs from c10d goes through this class,
-// so c10d's differences between LibTorch versions stay in src/process_group.cpp.
+// LibTorch has them). The collectives of DDP, ZeRO, SyncBatchNorm and Join go through this
+// class, and c10d's differences between LibTorch versions stay in src/process_group/ and
+// src/torch_compat.h; the elastic launcher and the fault-tolerant group also use c10d's stores.
 #pragma once
 
 #include <chrono>
@@ -14,7 +15,7 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-#include "ddp/flight_recorder.h"
+#include "ddp/debug/flight_recorder.h"
 #include "ddp/world.h"
 
 namespace c10d {

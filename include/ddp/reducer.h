@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "ddp/comm_hook.h"
+#include "ddp/algorithms/comm_hook.h"
 
 namespace ddp {
 

@@ -14,15 +14,15 @@
 
 #include <torch/torch.h>
 
+#include "checkpoint/pickle_guard.h"  // the library's own, from src/
 #include "created_file_guard.h"
 #include "ddp/atomic_file.h"
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "ddp/data/cifar10.h"
 #include "ddp/data/synthetic.h"
 #include "ddp/error.h"
 #include "ddp/models/net.h"
 #include "metrics.h"
-#include "pickle_guard.h"  // the library's own, from src/
 #include "support/process.h"
 
 namespace ddp {

@@ -8,11 +8,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "ddp/comm_hook_registry.h"
+#include "ddp/algorithms/comm_hook_registry.h"
+#include "ddp/algorithms/powersgd.h"
 #include "ddp/ddp.h"
 #include "ddp/error.h"
 #include "ddp/models/net.h"
-#include "ddp/powersgd.h"
 #include "support/process.h"
 
 namespace ddp {

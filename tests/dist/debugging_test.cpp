@@ -7,9 +7,9 @@
 
 #include <torch/torch.h>
 
+#include "ddp/algorithms/powersgd.h"
 #include "ddp/ddp.h"
 #include "ddp/error.h"
-#include "ddp/powersgd.h"
 #include "ddp/process_group.h"
 #include "support/process.h"
 

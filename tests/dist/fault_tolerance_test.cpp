@@ -12,7 +12,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "ddp/error.h"
-#include "ddp/fault_tolerance.h"
+#include "ddp/fault_tolerance/fault_tolerance.h"
 
 namespace ddp {
 namespace {

@@ -6,7 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "ddp/comm_hook_registry.h"
+#include "ddp/algorithms/comm_hook_registry.h"
 #include "ddp/ddp.h"
 #include "ddp/join.h"
 #include "ddp/models/net.h"

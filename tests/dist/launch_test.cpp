@@ -17,10 +17,10 @@
 #include <sstream>
 #include <thread>
 
-#include "ddp/cpu_binding.h"
 #include "ddp/data/synthetic.h"
+#include "ddp/elastic/cpu_binding.h"
+#include "ddp/elastic/launch.h"
 #include "ddp/error.h"
-#include "ddp/launch.h"
 #include "support/process.h"
 
 namespace ddp {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "support/process.h"
 #include "support/trainer_fixture.h"
 

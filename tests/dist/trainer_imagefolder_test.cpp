@@ -19,13 +19,13 @@ using namespace std::chrono_literals;
 
 class ImageFolderTrainerTest : public ::testing::Test {
  protected:
-  // 4 classes of 12 + 4 ImageNet-like JPEGs (bench/make_imagefolder.py). scikit-image, which
+  // 4 classes of 12 + 4 ImageNet-like JPEGs (tools/make_imagefolder.py). scikit-image, which
   // it cuts them from, is bench/requirements.txt's (setup.sh installs it into .venv): a Python
   // without it skips these tests, saying so.
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
     const auto r =
-        test::run({DDP_PYTHON, test::source_dir() + "/bench/make_imagefolder.py",
+        test::run({DDP_PYTHON, test::source_dir() + "/tools/make_imagefolder.py",
                    data_->path() + "/images", "--classes", "4", "--train", "12", "--val", "4"},
                   {}, 120s);
     made_ = r.exit_code == 0;
@@ -157,11 +157,11 @@ TEST_F(ImageFolderTrainerTest, BadFlagsAndFoldersAreNamed) {
 }
 
 // README's own-images quick start, word for word: the command in its text that writes a folder
-// (`... bench/make_imagefolder.py DIR`), then its ```sh block (continued lines joined).
+// (`... tools/make_imagefolder.py DIR`), then its ```sh block (continued lines joined).
 std::vector<std::vector<std::string>> readme_own_images_commands() {
   const std::string readme = test::read_file(test::source_dir() + "/README.md");
   const auto section = readme.find("Your own images");
-  const auto folder = readme.find("bench/make_imagefolder.py DIR", section);
+  const auto folder = readme.find("tools/make_imagefolder.py DIR", section);
   const auto begin = folder == std::string::npos ? folder : readme.find("```sh\n", folder);
   const auto end = begin == std::string::npos ? begin : readme.find("```", begin + 6);
   if (section == std::string::npos || end == std::string::npos) return {};

@@ -13,7 +13,7 @@
 
 #include <torch/cuda.h>
 
-#include "ddp-train/tensorboard.h"
+#include "ddp-train/report/tensorboard.h"
 #include "ddp/error.h"
 #include "support/parts.h"
 #include "support/process.h"
@@ -182,7 +182,7 @@ TEST_F(TrainerTest, StepTraceTimesEveryStepOnEveryRank) {
     EXPECT_EQ(steps, 6) << "rank " << rank;
   }
   const auto summary =
-      test::run({"/usr/bin/python3", test::source_dir() + "/bench/step_trace.py", "ddp=" + prefix});
+      test::run({"/usr/bin/python3", test::source_dir() + "/tools/step_trace.py", "ddp=" + prefix});
   ASSERT_EQ(summary.exit_code, 0) << summary.output;
   EXPECT_TRUE(std::regex_search(summary.output,
                                 std::regex(R"(\| ddp \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| )")))

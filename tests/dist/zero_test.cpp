@@ -9,7 +9,7 @@
 #include "ddp/ddp.h"
 #include "ddp/error.h"
 #include "ddp/models/net.h"
-#include "ddp/zero.h"
+#include "ddp/optim/zero.h"
 #include "support/net_copy.h"
 #include "support/process.h"
 

@@ -3,9 +3,10 @@
 - no file under src/, apps/, examples/ over 500 lines;
 - no function there over 80 lines, but a declarative table (a comment on the line before the
   function says "declarative table");
-- an environment variable's name as a string literal only in include/ddp/environment.h, which
-  names each once (src/, apps/, examples/, bench/, include/, fuzz/): neither a name it lists
-  nor any literal given to getenv, setenv, unsetenv or putenv.
+- an environment variable's name as a string literal only in include/ddp/environment.h (the
+  library's) and apps/common/app_environment.h (the programs' own), which name each once (src/,
+  apps/, examples/, bench/, include/, fuzz/): neither a name they list nor any literal given to
+  getenv, setenv, unsetenv or putenv.
 Functions are found as clang-format lays them out: a definition's body opens at the end of a
 line and closes with a "}" alone at the indentation that line started with.
 usage: check_shape.py SOURCE_DIR"""
@@ -41,13 +42,14 @@ def functions(lines):
 def main(root):
     root = pathlib.Path(root)
     problems = []
-    env_header = root / "include/ddp/environment.h"
-    names = re.findall(r'inline constexpr char k\w+\[\] = "([^"]+)";', env_header.read_text())
+    env_headers = [root / "include/ddp/environment.h", root / "apps/common/app_environment.h"]
+    names = [name for header in env_headers
+             for name in re.findall(r'inline constexpr char k\w+\[\] = "([^"]+)";', header.read_text())]
     literal = re.compile(r'"(%s)=?[^"\w]*"' % "|".join(map(re.escape, names)))
     env_call = re.compile(r'\b(getenv|setenv|unsetenv|putenv)\s*\(\s*"([^"]*)"')
     for folder in ["src", "apps", "examples", "bench", "include", "fuzz"]:
         for path in sorted((root / folder).rglob("*")):
-            if path.suffix not in {".cpp", ".h"} or path == env_header:
+            if path.suffix not in {".cpp", ".h"} or path in env_headers:
                 continue
             lines = path.read_text().split("\n")
             rel = path.relative_to(root)
@@ -57,7 +59,7 @@ def main(root):
                 found += [m.group(2) for m in env_call.finditer(code)]
                 for name in found:
                     problems.append(f"{rel}:{number}: the environment variable {name} as a "
-                                    "literal: name it once in include/ddp/environment.h")
+                                    "literal: name it once in include/ddp/environment.h or apps/common/app_environment.h")
             if folder in {"bench", "include", "fuzz"}:
                 continue
             if len(lines) - 1 > MAX_FILE_LINES:

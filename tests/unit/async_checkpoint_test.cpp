@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "ddp/async_checkpoint.h"
+#include "ddp/checkpoint/async_checkpoint.h"
 #include "ddp/error.h"
 #include "support/process.h"
 

@@ -1,7 +1,7 @@
 // The launcher's --cpu-bind cores: each local rank's share of the CPUs.
 #include <gtest/gtest.h>
 
-#include "ddp/cpu_binding.h"
+#include "ddp/elastic/cpu_binding.h"
 #include "ddp/error.h"
 
 namespace ddp {

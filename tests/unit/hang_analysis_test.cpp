@@ -4,9 +4,9 @@
 
 #include <fstream>
 
+#include "ddp/debug/flight_recorder.h"
+#include "ddp/debug/hang_analysis.h"
 #include "ddp/error.h"
-#include "ddp/flight_recorder.h"
-#include "ddp/hang_analysis.h"
 #include "support/process.h"
 
 namespace ddp {

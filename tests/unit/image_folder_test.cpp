@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "ddp/data/image.h"
 #include "ddp/data/image_folder.h"
 #include "ddp/data/image_pipeline.h"
@@ -24,11 +24,12 @@ namespace {
 
 using Kind = ImagePipelineOptions::Kind;
 
-// A test ImageFolder written by tests/python/make_test_imagefolder.py (with `bad` files).
+// A test ImageFolder written by tools/make_imagefolder.py --cases (with `bad` files).
 std::string make_folder(const test::TempDir& dir, const std::vector<std::string>& bad = {}) {
-  std::vector<std::string> args = {dir / "images"};
-  for (const std::string& kind : bad) args.insert(args.end(), {"--bad", kind});
-  const auto r = test::run_python("make_test_imagefolder.py", args);
+  std::vector<std::string> argv = {DDP_PYTHON, test::source_dir() + "/tools/make_imagefolder.py",
+                                   dir / "images", "--cases"};
+  for (const std::string& kind : bad) argv.insert(argv.end(), {"--bad", kind});
+  const auto r = test::run(argv, {{"PYTHONHASHSEED", "0"}}, std::chrono::seconds(300));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir / "images";
 }

@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include "ddp/checkpoint.h"
+#include "ddp/checkpoint/checkpoint.h"
 #include "ddp/error.h"
 #include "ddp/models/classifier.h"
 #include "ddp/models/torchvision_resnet.h"

@@ -1,9 +1,9 @@
 // torchvision's ResNet-18 and ResNet-50 (He et al. 2016, torchvision's "V1.5": the stride of a
 // bottleneck on its 3x3 convolution), built as torchvision.models.resnet18() / resnet50() build
 // them: the same modules under the same names, so the state dict's keys and shapes are
-// torchvision's (a --export loads into torchvision with load_state_dict, and torchvision's
-// weights load here), and the same initialisation. Every normalisation is a ddp::SyncBatchNorm
-// (plain BatchNorm2d until convert_sync_batchnorm() gives it a group).
+// torchvision's (an exported state dict loads into torchvision with load_state_dict, and
+// torchvision's weights load here), and the same initialisation. Every normalisation is a
+// ddp::SyncBatchNorm (plain BatchNorm2d until convert_sync_batchnorm() gives it a group).
 #pragma once
 
 #include <torch/torch.h>

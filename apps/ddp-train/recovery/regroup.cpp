@@ -1,0 +1,204 @@
+#include "recovery/regroup.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "ddp/environment.h"
+#include "ddp/error.h"
+#include "ddp/fault_tolerance/fault_tolerance.h"
+
+namespace ddp::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string words(const std::vector<std::string>& ids) {
+  std::string text;
+  for (const auto& id : ids) text += (text.empty() ? "" : " ") + id;
+  return text.empty() ? "none" : text;
+}
+
+// The fault-tolerant group's generation as the set-up's group, rank and world size.
+void adopt_generation(TrainingSetup& s) {
+  const Membership& m = s.ft->membership();
+  s.group = s.ft->group();
+  s.world.rank = m.rank;
+  s.world.world_size = m.size();
+}
+
+// A file of this process's own for the state in transit (the checkpoint code reads and writes
+// files).
+std::string state_file() {
+  const char* dir = std::getenv(env::kTmpDir);
+  return concat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/ddp-state-", ::getpid(), ".pt");
+}
+
+// The run as a checkpoint's bytes (rank 0).
+std::string state_bytes(Training& t, const CheckpointState& state) {
+  const std::string path = state_file();
+  t.optimizer.save(path, *t.setup.model, state, /*is_root=*/true);
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  std::remove(path.c_str());
+  return bytes.str();
+}
+
+CheckpointState load_state_bytes(Training& t, const std::string& bytes) {
+  const std::string path = state_file();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    if (!out.flush()) throw IoError(concat("cannot write the state from rank 0 to ", path));
+  }
+  const CheckpointState state = t.optimizer.load(path, *t.setup.model);
+  std::remove(path.c_str());
+  if (state.rng_state.defined()) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(state.rng_state);
+  }
+  return state;
+}
+
+// Rank 0's state (in epoch `epoch`, or after it when `epoch_done`) to every rank that lacks it
+// (the newcomers); returns it on those.
+std::optional<CheckpointState> share_state(Training& t, int epoch, bool epoch_done) {
+  ProcessGroup& group = *t.setup.group;
+  const bool root = group.rank() == 0;
+  torch::Tensor lacking = torch::tensor({t.has_state ? 0 : 1, root && !t.has_state ? 1 : 0});
+  group.allreduce_max(lacking).wait();
+  if (lacking[0].item<int>() == 0) return std::nullopt;
+  if (lacking[1].item<int>() != 0) {
+    throw DistributedError(
+        "no rank holds the training state any more (every rank of the previous generation was "
+        "lost); start the job again from its newest checkpoint (--resume auto)");
+  }
+  std::string bytes;
+  if (root) bytes = state_bytes(t, position_of(t, epoch, 0, epoch_done));
+  broadcast_bytes(group, bytes);
+  // The schedule's epoch length too: the first world's, which a newcomer may not know.
+  torch::Tensor epoch_steps = torch::tensor({t.optimizer.steps_per_epoch()});
+  group.broadcast(epoch_steps, 0).wait();
+  if (t.has_state) return std::nullopt;
+  t.optimizer.set_steps_per_epoch(epoch_steps.item<int64_t>());
+  CheckpointState state = load_state_bytes(t, bytes);
+  t.has_state = true;
+  return state;
+}
+
+// What every rank does on a new generation; may fail (PeerFailure) when another rank is lost
+// meanwhile, and then runs again on the next one.
+void adopt(Training& t, int epoch, bool epoch_done, std::optional<CheckpointState>& received) {
+  adopt_generation(t.setup);
+  if (t.chrome_trace.enabled()) t.chrome_trace.watch(t.setup.group->recorder());
+  if (auto state = share_state(t, epoch, epoch_done)) received = std::move(state);
+  t.model.regroup(t.options, t.setup);
+}
+
+// The rest of epoch `epoch` (what t.taken_in_epoch leaves) over this generation's ranks.
+void reshard(Training& t, int epoch) {
+  const auto& world = t.setup.world;
+  t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
+                                 t.sampler.options());
+  t.sampler.set_epoch_remainder(epoch - 1, t.taken_in_epoch);
+  t.loader.start_epoch(t.sampler.indices(), epoch - 1, 0);
+}
+
+// One line (rank 0), one metrics record and one span of the trace per change; `start`: when the
+// step that ended the generation began (the change's cost runs from there).
+void report_change(Training& t, int old_world, Clock::time_point start, int64_t discarded) {
+  const Membership& m = t.setup.ft->membership();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (t.setup.is_root()) {
+    std::printf(
+        "membership change at step %lld: world size %d -> %d (generation %lld; lost: %s; "
+        "joined: %s) because %s; %lld step(s) discarded, %.2f s from the step's start\n",
+        (long long)t.global_step, old_world, m.size(), (long long)m.generation,
+        words(m.lost).c_str(), words(m.joined).c_str(), m.cause.c_str(), (long long)discarded,
+        seconds);
+    std::fflush(stdout);
+  }
+  t.reporter.membership_change(JsonRecord()
+                                   .add("event", "membership_change")
+                                   .add("time", int64_t(std::time(nullptr)))  // Unix seconds
+                                   .add("global_step", t.global_step)
+                                   .add("generation", m.generation)
+                                   .add("old_world", old_world)
+                                   .add("new_world", m.size())
+                                   .add("lost", words(m.lost))
+                                   .add("joined", words(m.joined))
+                                   .add("cause", m.cause)
+                                   .add("steps_discarded", discarded)
+                                   .add("seconds", seconds));
+  t.chrome_trace.span(concat("membership change: world size ", old_world, " -> ", m.size()), start,
+                      Clock::now());
+}
+
+// Reconfigures the fault-tolerant group and settles the next generation.
+void next_generation(Training& t, int epoch, bool admit, int64_t discarded,
+                     Clock::time_point start) {
+  const int old_world = t.setup.world.world_size;
+  t.setup.ft->reconfigure(admit);
+  std::optional<CheckpointState> unused;
+  t.setup.ft->settle([&] { adopt(t, epoch, /*epoch_done=*/false, unused); });
+  report_change(t, old_world, start, discarded);
+}
+
+}  // namespace
+
+void regroup(Training& t, int epoch, int64_t steps_here, bool discarded,
+             Clock::time_point step_start) {
+  // The steps taken in this world are the first ones of what is left of the epoch's order.
+  t.taken_in_epoch += steps_here * t.options.batch_size * t.setup.world.world_size;
+  t.earlier_steps += steps_here;
+  next_generation(t, epoch, /*admit=*/true, discarded ? 1 : 0, step_start);
+  reshard(t, epoch);
+}
+
+Position settle_newcomer(Training& t) {
+  t.has_state = false;
+  std::optional<CheckpointState> received;
+  t.setup.ft->settle([&] { adopt(t, 0, false, received); });  // rank 0 is never a newcomer
+  if (!received) throw DistributedError("a newcomer settled without the training state");
+  const Position at = position_from(*received, t.setup.world.world_size, t.options.batch_size);
+  std::printf(
+      "rank %d: joined the running job at generation %lld (world size %d) after step %lld\n",
+      t.setup.world.rank, (long long)t.setup.ft->membership().generation, t.setup.world.world_size,
+      (long long)at.global_step);
+  return at;
+}
+
+void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
+  if (!t.setup.ft) return phase();
+  const int64_t generation = t.setup.ft->membership().generation;
+  const int old_world = t.setup.world.world_size;
+  const auto start = Clock::now();
+  std::optional<CheckpointState> unused;
+  t.setup.ft->run_to_completion(phase, [&] { adopt(t, epoch, /*epoch_done=*/true, unused); });
+  // Said once the phase is done (its time included): no rank prints mid-phase.
+  if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
+}
+void check_fault_tolerance_options(const TrainOptions& o) {
+  const std::string backend = concat("--backend ", to_string(o.backend));
+  const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
+  // Gloo only: c10d's Gloo lets a rank walk away from a collective, NCCL's kernels do not.
+  const char* flag = o.zero                ? "--zero"
+                     : o.no_pad            ? "--no-pad"
+                     : o.no_sync_baseline  ? "--no-sync-baseline"
+                     : o.lockstep_baseline ? "--lockstep-baseline"
+                     : !gloo               ? backend.c_str()
+                                           : nullptr;
+  if (flag != nullptr) {
+    throw InvalidArgument(concat("--on-failure continue cannot be combined with ", flag,
+                                 ": its state is tied to one group of ranks (use --on-failure "
+                                 "restart, which resumes from a checkpoint)"));
+  }
+}
+
+}  // namespace ddp::train
