@@ -6,7 +6,7 @@
 namespace ddp::env {
 
 /// ddp-train's fault injection for reliability tests: KIND@STEP[:RANK] (nan, throw, hang, exit)
-/// or slow@STEP:RANK:MS; see apps/ddp-train/fault.h.
+/// or slow@STEP:RANK:MS; see apps/ddp-train/train/fault.h.
 inline constexpr char kFault[] = "DDP_FAULT";
 /// Where the checkpoint fuzzer (fuzz/checkpoint_fuzz.cpp) first writes its seed inputs.
 inline constexpr char kFuzzSeedDir[] = "DDP_FUZZ_SEED_DIR";

@@ -4,6 +4,7 @@
 #include "ddp/checkpoint/checkpoint.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 

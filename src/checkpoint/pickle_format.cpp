@@ -2,10 +2,12 @@
 // with LibTorch's unpickler behind pickle_guard's checks, with LibTorch 1.13's gaps made up for.
 #include "checkpoint/pickle_format.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <tuple>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -14,7 +16,6 @@
 
 #include "checkpoint/pickle_guard.h"
 #include "ddp/error.h"
-#include "torch_compat.h"
 
 namespace ddp {
 

@@ -1,8 +1,8 @@
 // Communication hooks: what DistributedDataParallel does with a full bucket of gradients. The
 // default all-reduces it and divides by the world size; other hooks plug into the same two verbs:
 // start() as soon as the bucket is full, wait() at the end of backward. Here: the default, and
-// fp16/bf16 compression (cast, all-reduce, cast back). PowerSGD is in ddp/powersgd.h; hooks
-// by name ("powersgd:2") in ddp/comm_hook_registry.h.
+// fp16/bf16 compression (cast, all-reduce, cast back). PowerSGD is in ddp/algorithms/powersgd.h;
+// hooks by name ("powersgd:2") in ddp/algorithms/comm_hook_registry.h.
 #pragma once
 
 #include <cstdint>
