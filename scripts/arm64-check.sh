@@ -15,7 +15,8 @@
 # usage: scripts/arm64-check.sh [ctest arguments; default: -L '^unit_tests$', the unit tests]
 #   DDP_CACHE=dir   downloads kept between runs (default /var/cache/ddp.cpp)
 #   DDP_DEBIAN_MIRROR=url   the Debian mirror (default http://deb.debian.org/debian)
-# Needs root (apt-get, binfmt_misc). About 25 minutes on 2 vCPUs, most of it compiling.
+# Needs root (apt-get, binfmt_misc). About 40 minutes on 2 vCPUs: 10 compiling, 4 for the unit
+# tests, the rest for the quick start's runs, which qemu slows about 30 times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD

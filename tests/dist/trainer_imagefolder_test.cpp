@@ -194,7 +194,7 @@ TEST_F(ImageFolderTrainerTest, TheReadmesOwnImagesCommandsRunAsWritten) {
     for (auto& word : argv) {
       if (word == ".venv/bin/python") word = DDP_PYTHON;
       if (word == "build/ddp-train") word = test::train_bin();
-      if (word.rfind("bench/", 0) == 0) word = test::source_dir() + "/" + word;
+      if (word.rfind("tools/", 0) == 0) word = test::source_dir() + "/" + word;
       if (word == "DIR" || word == "batch.png" || word == "resnet18.pt") word = dir / word;
     }
     if (argv.size() > 1 && argv[1] != "preview" && argv[0] == test::train_bin()) {
