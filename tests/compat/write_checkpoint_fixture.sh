@@ -2,7 +2,7 @@
 # Writes the checkpoint that CheckpointTest.CheckpointFromLibTorch113ResumesHere loads: one epoch
 # of Net on a small synthetic data set, trained by a ddp-train built against Debian 12's LibTorch
 # 1.13 (scripts/fresh-root.sh --libtorch debian --keep; then this script inside that root), and
-# the test accuracy that build measured. Its output is committed as tests/data/.
+# the test accuracy that build measured. Its output is committed in tests/compat/.
 # usage: tests/compat/write_checkpoint_fixture.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 build=$1

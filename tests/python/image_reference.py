@@ -1,4 +1,4 @@
-"""Reference data for tests/unit/image_decode_test.cpp and resize_test.cpp, from PIL (what
+"""Reference data for tests/data/image_decode_test.cpp and resize_test.cpp, from PIL (what
 torchvision's ImageFolder uses: Image.open(f).convert("RGB"), Image.resize(..., BILINEAR, box)).
 
 usage: image_reference.py decode|resize OUTPUT_DIR

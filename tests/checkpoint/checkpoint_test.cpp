@@ -248,7 +248,7 @@ TEST_F(CheckpointTest, PythonStateDictInitializesTraining) {
 // evaluates here to the accuracy 1.13 measured, and training resumes from it; Python's
 // torch.load reads both checkpoints with its defaults.
 TEST_F(CheckpointTest, CheckpointFromLibTorch113EvaluatesAndResumesHere) {
-  const std::string fixture = test::source_dir() + "/tests/data/checkpoint-libtorch-1.13.0";
+  const std::string fixture = test::source_dir() + "/tests/compat/checkpoint-libtorch-1.13.0";
   const double accuracy = std::stod(test::read_file(fixture + ".test_acc"));
   test::TempDir dir;
   data::write_synthetic_cifar10(dir / "data",
