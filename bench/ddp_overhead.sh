@@ -53,7 +53,7 @@ print(ddp / baseline)' "$out/ddp.$1" "$out/baseline.$1"
 # The Python reference's training seconds (its slowest rank's): reference_seconds [--no-sync]. Its
 # allocator is held in the mode the reference usually runs in (glibc's adaptive mmap threshold
 # otherwise settles now and then so that every step faults in its activations afresh, ~3x slower;
-# see README, Performance), the same for both runs: that mode is malloc's, not DDP's.
+# include/ddp/allocator.h says why), the same for both runs: that mode is malloc's, not DDP's.
 reference_seconds() {
   GLIBC_TUNABLES=glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=134217728 \
     "$python" bench/reference_ddp.py --data-dir "$data" --world-size 2 --threads 1 \
