@@ -18,25 +18,17 @@ std::string text_of(const RendezvousState& s) {
 
 RendezvousState state_of(const std::string& text) {
   RendezvousState s;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    std::istringstream words(value);
-    std::vector<std::string> list;
-    for (std::string w; words >> w;) list.push_back(w);
+  for_each_field(text, [&s](const std::string& key, const std::string& value) {
     if (key == "round") s.round = std::stoll(value);
     if (key == "complete") s.complete = value == "1";
     if (key == "deadline") s.deadline = std::stoll(value);
-    if (key == "participants") s.participants = list;
-    if (key == "waiting") s.waiting = list;
-    if (key == "expected") s.expected = list;
-    if (key == "previous") s.previous = list;
+    if (key == "participants") s.participants = split_words(value);
+    if (key == "waiting") s.waiting = split_words(value);
+    if (key == "expected") s.expected = split_words(value);
+    if (key == "previous") s.previous = split_words(value);
     if (key == "cause") s.cause = value;
     if (key == "closed") s.closed = value;
-  }
+  });
   return s;
 }
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include <torch/torch.h>
@@ -44,18 +43,14 @@ std::string to_text(const Membership& m) {
 
 Membership from_text(const std::string& text) {
   Membership m;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const size_t space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+  for_each_field(text, [&m](const std::string& key, const std::string& value) {
     if (key == "generation") m.generation = std::stoll(value);
     if (key == "admitted") m.admitted = std::stoll(value);
     if (key == "members") m.members = split_words(value);
     if (key == "lost") m.lost = split_words(value);
     if (key == "joined") m.joined = split_words(value);
     if (key == "cause") m.cause = value;
-  }
+  });
   return m;
 }
 

@@ -33,6 +33,17 @@ inline std::string join_words(const std::vector<std::string>& words, const char*
   return out;
 }
 
+/// Calls `field(key, value)` for each "key value" line of `text`: the form of the records the
+/// rendezvous and the fault-tolerant group keep (a line without a space is a key with no value).
+template <typename Field>
+void for_each_field(const std::string& text, Field&& field) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    field(line.substr(0, space), space == std::string::npos ? "" : line.substr(space + 1));
+  }
+}
+
 /// The whitespace-separated words of `text`.
 inline std::vector<std::string> split_words(const std::string& text) {
   std::istringstream in(text);
