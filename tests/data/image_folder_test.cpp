@@ -26,10 +26,9 @@ using Kind = ImagePipelineOptions::Kind;
 
 // A test ImageFolder written by tools/make_imagefolder.py --cases (with `bad` files).
 std::string make_folder(const test::TempDir& dir, const std::vector<std::string>& bad = {}) {
-  std::vector<std::string> argv = {DDP_PYTHON, test::source_dir() + "/tools/make_imagefolder.py",
-                                   dir / "images", "--cases"};
-  for (const std::string& kind : bad) argv.insert(argv.end(), {"--bad", kind});
-  const auto r = test::run(argv, {{"PYTHONHASHSEED", "0"}}, std::chrono::seconds(300));
+  std::vector<std::string> args = {dir / "images", "--cases"};
+  for (const std::string& kind : bad) args.insert(args.end(), {"--bad", kind});
+  const auto r = test::run_tool("make_imagefolder.py", args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir / "images";
 }

@@ -24,10 +24,9 @@ class ImageFolderTrainerTest : public ::testing::Test {
   // without it skips these tests, saying so.
   static void SetUpTestSuite() {
     data_ = new test::TempDir();
-    const auto r =
-        test::run({DDP_PYTHON, test::source_dir() + "/tools/make_imagefolder.py",
-                   data_->path() + "/images", "--classes", "4", "--train", "12", "--val", "4"},
-                  {}, 120s);
+    const auto r = test::run_tool(
+        "make_imagefolder.py",
+        {data_->path() + "/images", "--classes", "4", "--train", "12", "--val", "4"}, 120s);
     made_ = r.exit_code == 0;
     if (!made_) why_not_ = r.output;
   }

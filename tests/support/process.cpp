@@ -160,10 +160,25 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-ProcessResult run_python(const std::string& script, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {DDP_PYTHON, source_dir() + "/tests/python/" + script};
+namespace {
+
+// The reference Python running the file at `path` with `args`, reproducibly and on one thread.
+ProcessResult run_python_file(const std::string& path, const std::vector<std::string>& args,
+                              std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv = {DDP_PYTHON, path};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, {{"PYTHONHASHSEED", "0"}, {"OMP_NUM_THREADS", "1"}}, std::chrono::seconds(300));
+  return run(argv, {{"PYTHONHASHSEED", "0"}, {"OMP_NUM_THREADS", "1"}}, timeout);
+}
+
+}  // namespace
+
+ProcessResult run_python(const std::string& script, const std::vector<std::string>& args) {
+  return run_python_file(source_dir() + "/tests/python/" + script, args, std::chrono::seconds(300));
+}
+
+ProcessResult run_tool(const std::string& script, const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout) {
+  return run_python_file(source_dir() + "/tools/" + script, args, timeout);
 }
 
 }  // namespace ddp::test

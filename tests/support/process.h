@@ -77,6 +77,10 @@ std::string read_file(const std::string& path);
 /// from tests/python with `args`.
 ProcessResult run_python(const std::string& script, const std::vector<std::string>& args);
 
+/// The same for a user tool, `script` from tools/ (make_imagefolder.py, step_trace.py).
+ProcessResult run_tool(const std::string& script, const std::vector<std::string>& args,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(300));
+
 /// The source tree and the ddp-train binary.
 inline std::string source_dir() { return DDP_SOURCE_DIR; }
 inline std::string train_bin() { return DDP_TRAIN_BIN; }
