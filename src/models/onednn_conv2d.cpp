@@ -67,21 +67,6 @@ struct Primitives {
 // N, C, K, H, W, the input's layout and the output's.
 using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, Layout, Layout>;
 
-// `make_pd()`'s primitive descriptor in `pd`, moved on to the first of oneDNN's implementations
-// that runs a jit kernel; false where none does (or oneDNN has no implementation at all).
-template <class PrimitiveDesc, class Make>
-bool make_jit(PrimitiveDesc& pd, const Make& make_pd) {
-  try {
-    pd = make_pd();
-  } catch (const dnnl::error&) {
-    return false;  // unimplemented: no such kernels for this CPU or shape
-  }
-  do {
-    if (runs_jit_kernel(pd)) return true;
-  } while (pd.next_impl());
-  return false;
-}
-
 Primitives make_primitives(const Shape& shape, ConvAlgorithm algorithm) {
   const auto [n, c, k, h, w, in_layout, out_layout] = shape;
   const memory::dims src{n, c, h, w}, weights{k, c, 3, 3}, dst{n, k, h, w}, stride{1, 1}, pad{1, 1};

@@ -42,19 +42,20 @@ Primitives make_primitives(const Shape& shape) {
   const memory::desc dst({n, c, h / 2, w / 2}, kF32, blocked_tag(block));
   const memory::dims window{2, 2}, no_padding{0, 0};
   Primitives p;
-  try {
-    p.forward_pd = dnnl::pooling_forward::primitive_desc(
+  const auto forward = [&] {
+    return dnnl::pooling_forward::primitive_desc(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
                                     src, dst, window, window, no_padding, no_padding),
         attr(), cpu_engine());
-    p.backward_pd = dnnl::pooling_backward::primitive_desc(
+  };
+  const auto backward = [&] {
+    return dnnl::pooling_backward::primitive_desc(
         dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, src, dst, window, window,
                                      no_padding, no_padding),
         attr(), cpu_engine(), p.forward_pd);
-  } catch (const dnnl::error&) {
-    return p;  // no such pooling here (a side of 1, say): LibTorch's
-  }
-  p.ok = runs_jit_kernel(p.forward_pd) && runs_jit_kernel(p.backward_pd);
+  };
+  // Where oneDNN has no such pooling (a side of 1, say) or only its reference loop: LibTorch's.
+  p.ok = make_jit(p.forward_pd, forward) && make_jit(p.backward_pd, backward);
   if (!p.ok) return p;
   p.forward = dnnl::pooling_forward(p.forward_pd);
   p.backward = dnnl::pooling_backward(p.backward_pd);

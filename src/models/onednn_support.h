@@ -59,6 +59,21 @@ bool runs_jit_kernel(const PrimitiveDesc& pd) {
   return impl.rfind("jit", 0) == 0 || impl.rfind("brg", 0) == 0;
 }
 
+// `make_pd()`'s primitive descriptor in `pd`, moved on to the first of oneDNN's implementations
+// that runs a jit kernel; false where none does (or oneDNN has no implementation at all).
+template <class PrimitiveDesc, class Make>
+bool make_jit(PrimitiveDesc& pd, const Make& make_pd) {
+  try {
+    pd = make_pd();
+  } catch (const dnnl::error&) {
+    return false;  // unimplemented: no such kernels for this CPU or shape
+  }
+  do {
+    if (runs_jit_kernel(pd)) return true;
+  } while (pd.next_impl());
+  return false;
+}
+
 // How a torch tensor holds an activation: contiguous (NCHW), channels-last (NHWC), or blocked
 // (nChw16c or nChw8c as a 5-d [N, C/B, H, W, B] tensor, see onednn_conv2d_blocked()).
 enum class Layout { kContiguous, kChannelsLast, kBlocked };
