@@ -29,7 +29,7 @@ torch::Tensor to_blocked(const torch::Tensor& x) {
 }
 
 torch::Tensor from_blocked(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 5 && (x.size(4) == 8 || x.size(4) == 16),
+  TORCH_CHECK(onednn::is_blocked_activation(x),
               "from_blocked: expected a blocked activation [N, C/B, H, W, B], B 8 or 16, got ",
               x.sizes());
   return x.permute({0, 1, 4, 2, 3})
@@ -247,8 +247,7 @@ std::string why_not_onednn(const torch::Tensor& input, const torch::Tensor& weig
   };
   if (!fp32_cpu(input) || !fp32_cpu(weight) || !fp32_cpu(bias)) return "not fp32 on the CPU";
   if (compat::autocast_enabled(c10::DeviceType::CPU)) return "under autocast";
-  const bool activation =
-      input.dim() == 4 || (input.dim() == 5 && (input.size(4) == 8 || input.size(4) == 16));
+  const bool activation = input.dim() == 4 || is_blocked_activation(input);
   if (!activation || weight.dim() != 4 || weight.size(2) != 3 || weight.size(3) != 3 ||
       dims_of(input)[1] != weight.size(1) || bias.numel() != weight.size(0)) {
     return "not a 3x3 convolution of this input";

@@ -122,7 +122,7 @@ struct MaxPoolFunction : torch::autograd::Function<MaxPoolFunction> {
 namespace {
 
 void check_blocked(const torch::Tensor& x) {
-  TORCH_CHECK(x.dim() == 5 && (x.size(4) == 8 || x.size(4) == 16),
+  TORCH_CHECK(onednn::is_blocked_activation(x),
               "blocked_max_pool2d: expected a blocked activation [N, C/B, H, W, B], B 8 or 16, "
               "got ",
               x.sizes());

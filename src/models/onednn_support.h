@@ -7,6 +7,16 @@
 
 #include "ddp_build_config.h"
 
+namespace ddp::models::onednn {
+
+/// Whether `t` is a blocked activation, [N, C/B, H, W, B] with B 8 (AVX2's and SSE4.1's kernels)
+/// or 16 (AVX-512's): with or without oneDNN, the layers accept both.
+inline bool is_blocked_activation(const torch::Tensor& t) {
+  return t.dim() == 5 && (t.size(4) == 8 || t.size(4) == 16);
+}
+
+}  // namespace ddp::models::onednn
+
 // oneDNN 2.x only: 3.0 replaced the operation descriptors these layers build their primitives
 // from (CMake builds them only with a 2.x). Without it, LibTorch's own ops.
 #if defined(DDP_HAVE_ONEDNN)
