@@ -29,14 +29,8 @@ step() { echo "arm64-check: $*"; }
 # 1. The cross compiler, the emulator, and binfmt so that arm64 programs a test starts run too.
 host_packages=(g++-aarch64-linux-gnu qemu-user-static binfmt-support mmdebstrap cmake ninja-build
   pkg-config unzip)
-missing=()
-for package in "${host_packages[@]}"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  step "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
-fi
+source scripts/lib/debian_packages.sh
+install_missing_packages arm64-check "${host_packages[@]}"
 if [[ ! -e /proc/sys/fs/binfmt_misc/register ]]; then
   mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 fi

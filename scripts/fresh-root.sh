@@ -56,8 +56,8 @@ cache=${DDP_CACHE:-/var/cache/ddp.cpp}
 mirror=${DDP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 log() { echo "fresh-root: $(date +%T) $*"; }
 
-command -v debootstrap >/dev/null ||
-  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
+source scripts/lib/debian_packages.sh
+install_missing_packages fresh-root debootstrap
 
 root=$(mktemp -d "/var/tmp/ddp-fresh-$suite.XXXXXX")
 mounts=()

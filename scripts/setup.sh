@@ -64,17 +64,8 @@ else
   [[ $version == 2.* ]] && packages+=(mpi-default-dev)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+source scripts/lib/debian_packages.sh
+install_missing_packages setup "${packages[@]}"
 
 # Every optional part (cmake/OptionalParts.cmake) is asked for: a package missing from the list
 # above fails the configure step, naming it. oneDNN's layers need oneDNN 2.x (Debian 12's).
