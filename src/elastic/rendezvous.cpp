@@ -416,23 +416,30 @@ RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeed
 void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& stopped) {
   return impl_->guarded([&] {
     Impl& m = *impl_;
-    const int64_t gone = m.store->add(concat("round_", round.number, "/gone"), 1);
-    const auto until = Clock::now() + std::chrono::seconds(10);
-    for (int64_t n = gone; m.host && n < int64_t(round.nodes.size()) && Clock::now() < until;
-         n = m.store->add(concat("round_", round.number, "/gone"), 0)) {
-      std::this_thread::sleep_for(kPoll);  // bounded by `until`
-    }
-    // And the spares still waiting, until each has read that the job is over (or is dead).
-    const auto waiting = [&] {
-      for (const std::string& n : m.read().second.waiting) {
+    const std::string gone = concat("round_", round.number, "/gone/");
+    m.register_agent(false);
+    m.store->set(gone + m.node, bytes("1"));  // this node's last use of the store
+    // A node still to read that the job is over: one of the round's, or a newcomer that joined
+    // it since (--on-failure continue), that has not said it is gone, or a spare still waiting
+    // that has not read it (see join()); a node whose heartbeat stopped needs nothing more.
+    const auto someone_still_reading = [&] {
+      const RendezvousState st = m.read().second;
+      std::vector<std::string> nodes = round.nodes;
+      for (const std::string& n : st.participants) {
+        if (!is_listed(nodes, n)) nodes.push_back(n);
+      }
+      for (const std::string& n : nodes) {
+        if (!m.store->check({gone + n}) && !m.liveness.dead(*m.store, "hb/" + n)) return true;
+      }
+      for (const std::string& n : st.waiting) {
         if (!m.store->check({"left/" + n}) && !m.liveness.dead(*m.store, "hb/" + n)) return true;
       }
       return false;
     };
-    while (m.host && Clock::now() < until && waiting()) {
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (m.host && Clock::now() < until && someone_still_reading()) {
       std::this_thread::sleep_for(kPoll);  // bounded by `until`
     }
-    m.register_agent(false);
     if (!m.host) return;
     // Agents of other jobs at this endpoint: until each has left or stopped beating.
     for (size_t others = m.other_live_agents(), said = 0; others > 0 && !stopped();

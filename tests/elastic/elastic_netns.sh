@@ -89,9 +89,9 @@ else # rank 0's line: the group changes at a step. Rank 0 is on whichever node t
   # ordered first, not always node 0.
   grep -q "membership change at step" "$tmp"/node*.log || fail "no membership change logged by rank 0"
 fi
-if [[ $on_failure == restart ]]; then # rank 0 of the new round says what the restart cost
+if [[ $on_failure == restart ]]; then # rank 0 of the new round (on any node) says what it cost
   grep -q "reached step [0-9]* and this one resumes at step [0-9]*: [0-9]* step(s) lost" \
-    "$tmp/node0.log" ||
+    "$tmp"/node*.log ||
     fail "rank 0 did not say how many steps the new round lost"
 fi
 prints=$(cat "$tmp"/node*.log | grep -o 'rank [0-9]*: final weights fingerprint [0-9a-f]*')
