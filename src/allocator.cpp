@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/StringUtil.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -167,9 +168,9 @@ TensorCachePolicy cache_cpu_tensors(int local_processes) {
     if (setting == "0") return TensorCachePolicy::kTurnedOff;
     if (setting != "1") {
       throw Error(
-          concat("environment variable ", env::kCpuTensorCache, " is '", setting,
-                 "'; set it to 1 (cache large CPU tensor blocks, the default) or 0 (LibTorch's "
-                 "allocator as it is), or unset it"));
+          c10::str("environment variable ", env::kCpuTensorCache, " is '", setting,
+                   "'; set it to 1 (cache large CPU tensor blocks, the default) or 0 (LibTorch's "
+                   "allocator as it is), or unset it"));
     }
   }
 #if defined(__SANITIZE_ADDRESS__)
@@ -188,7 +189,7 @@ std::string to_string(TensorCachePolicy policy) {
     case TensorCachePolicy::kInstalled:
       return "CPU tensor blocks of 1 MiB and more cached for reuse";
     case TensorCachePolicy::kTurnedOff:
-      return concat("CPU tensors not cached (", env::kCpuTensorCache, "=0)");
+      return c10::str("CPU tensors not cached (", env::kCpuTensorCache, "=0)");
     case TensorCachePolicy::kAddressSanitizer:
       return "CPU tensors not cached (AddressSanitizer build)";
     case TensorCachePolicy::kOtherAllocator:

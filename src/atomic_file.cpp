@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "unique_fd.h"
 
@@ -36,16 +38,16 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   name.push_back('\0');
   UniqueFd fd(::mkstemp(name.data()));
   if (!fd.valid()) {
-    throw IoError(concat("cannot create a file next to ", path, ": ", std::strerror(errno),
-                         "; check that the directory exists and is writable"));
+    throw IoError(c10::str("cannot create a file next to ", path, ": ", std::strerror(errno),
+                           "; check that the directory exists and is writable"));
   }
   const std::string tmp(name.data());
   auto fail = [&](const char* what) {
     const int err = errno;
     fd.reset();
     ::unlink(tmp.c_str());
-    throw IoError(concat("cannot write ", path, " (", what, "): ", std::strerror(err),
-                         "; the previous file, if any, is untouched"));
+    throw IoError(c10::str("cannot write ", path, " (", what, "): ", std::strerror(err),
+                           "; the previous file, if any, is untouched"));
   };
   const char* p = static_cast<const char*>(data);
   size_t left = size;
@@ -63,12 +65,12 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   if (fd.close() != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw IoError(concat("cannot write ", path, " (close): ", std::strerror(err)));
+    throw IoError(c10::str("cannot write ", path, " (close): ", std::strerror(err)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw IoError(concat("cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
+    throw IoError(c10::str("cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
   }
   fsync_dir(parent_dir(path));
 }
@@ -82,12 +84,12 @@ void make_directories(const std::string& dir) {
     partial = dir.substr(0, pos);
     if (partial.empty()) continue;
     if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw IoError(concat("cannot create directory ", partial, ": ", std::strerror(errno)));
+      throw IoError(c10::str("cannot create directory ", partial, ": ", std::strerror(errno)));
     }
   }
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw IoError(concat(dir, " exists but is not a directory"));
+    throw IoError(c10::str(dir, " exists but is not a directory"));
   }
 }
 

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "torch_compat.h"
 
@@ -11,17 +13,17 @@ namespace ddp {
 namespace {
 
 std::string describe(const torch::Tensor& t) {
-  return concat(c10::toString(t.scalar_type()), t.sizes());
+  return c10::str(c10::toString(t.scalar_type()), t.sizes());
 }
 
 // One line per parameter and buffer: what must agree across ranks.
 std::vector<std::string> module_signature(const torch::nn::Module& module) {
   std::vector<std::string> lines;
   for (const auto& p : module.named_parameters(true)) {
-    lines.push_back(concat("parameter ", p.key(), " ", describe(p.value())));
+    lines.push_back(c10::str("parameter ", p.key(), " ", describe(p.value())));
   }
   for (const auto& b : module.named_buffers(true)) {
-    lines.push_back(concat("buffer ", b.key(), " ", describe(b.value())));
+    lines.push_back(c10::str("buffer ", b.key(), " ", describe(b.value())));
   }
   return lines;
 }
@@ -48,15 +50,15 @@ std::string signature_difference(const std::vector<std::string>& root,
                                  const std::vector<std::string>& other, int rank) {
   for (size_t i = 0; i < std::min(root.size(), other.size()); ++i) {
     if (root[i] != other[i]) {
-      return concat("entry ", i, " is '", root[i], "' on rank 0 but '", other[i], "' on rank ",
-                    rank);
+      return c10::str("entry ", i, " is '", root[i], "' on rank 0 but '", other[i], "' on rank ",
+                      rank);
     }
   }
   if (root.size() != other.size()) {
     const auto& longer = root.size() > other.size() ? root : other;
-    return concat("rank 0 has ", root.size(), " parameters and buffers, rank ", rank, " has ",
-                  other.size(), " (first extra: '", longer[std::min(root.size(), other.size())],
-                  "')");
+    return c10::str("rank 0 has ", root.size(), " parameters and buffers, rank ", rank, " has ",
+                    other.size(), " (first extra: '", longer[std::min(root.size(), other.size())],
+                    "')");
   }
   return "";
 }
@@ -75,8 +77,8 @@ void check_same_module_on_every_rank(const torch::nn::Module& module, ProcessGro
     try {
       group.store().wait({key}, group.timeout());
     } catch (const std::exception&) {
-      throw TimeoutError(concat("rank ", group.rank(), ": rank ", r,
-                                " did not construct DistributedDataParallel within the timeout"));
+      throw TimeoutError(c10::str("rank ", group.rank(), ": rank ", r,
+                                  " did not construct DistributedDataParallel within the timeout"));
     }
     const std::vector<uint8_t> bytes = group.store().get(key);
     all.push_back(split_lines(std::string(bytes.begin(), bytes.end())));
@@ -84,9 +86,9 @@ void check_same_module_on_every_rank(const torch::nn::Module& module, ProcessGro
   for (int r = 1; r < group.size(); ++r) {
     const std::string diff = signature_difference(all[0], all[size_t(r)], r);
     if (!diff.empty()) {
-      throw DistributedError(concat("DistributedDataParallel: rank ", r,
-                                    "'s model differs from rank 0's: ", diff,
-                                    "; every rank must build the same model"));
+      throw DistributedError(c10::str("DistributedDataParallel: rank ", r,
+                                      "'s model differs from rank 0's: ", diff,
+                                      "; every rank must build the same model"));
     }
   }
 }

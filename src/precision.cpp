@@ -1,6 +1,7 @@
 #include "ddp/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/util/StringUtil.h>
 
 #include "ddp/error.h"
 #include "torch_compat.h"
@@ -10,7 +11,7 @@ namespace ddp {
 Precision parse_precision(const std::string& text, const std::string& flag) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
-  throw InvalidArgument(concat(flag, ": unknown precision '", text, "'; use fp32 or bf16"));
+  throw InvalidArgument(c10::str(flag, ": unknown precision '", text, "'; use fp32 or bf16"));
 }
 
 std::string to_string(Precision precision) {

@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "module_signature.h"
@@ -155,9 +157,9 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   if (!module) throw InvalidArgument("DistributedDataParallel: the module is null");
   if (!group) throw InvalidArgument("DistributedDataParallel: the process group is null");
   if (!(options.bucket_cap_mb() > 0) || !(options.first_bucket_cap_mb() > 0)) {
-    throw InvalidArgument(concat("DistributedDataParallel: bucket caps must be positive, got ",
-                                 options.first_bucket_cap_mb(), " and ", options.bucket_cap_mb(),
-                                 " MiB"));
+    throw InvalidArgument(c10::str("DistributedDataParallel: bucket caps must be positive, got ",
+                                   options.first_bucket_cap_mb(), " and ", options.bucket_cap_mb(),
+                                   " MiB"));
   }
   s.module = std::move(module);
   s.group = std::move(group);
@@ -171,8 +173,8 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
     if (!p.value().requires_grad()) continue;
     if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;  // shared parameter
     if (p.value().is_sparse()) {
-      throw InvalidArgument(concat("DistributedDataParallel: parameter ", p.key(),
-                                   " is sparse; only dense parameters are supported"));
+      throw InvalidArgument(c10::str("DistributedDataParallel: parameter ", p.key(),
+                                     " is sparse; only dense parameters are supported"));
     }
     s.params.push_back(p.value());
     s.names.push_back(p.key());
@@ -314,9 +316,10 @@ void Reducer::Impl::on_gradient(size_t index) {
     }
   }
   if (ready[index]) {
-    throw DistributedError(concat("DistributedDataParallel: parameter ", names[index],
-                                  " received a gradient twice in one backward (a second backward "
-                                  "through the same graph?); call forward again before backward"));
+    throw DistributedError(
+        c10::str("DistributedDataParallel: parameter ", names[index],
+                 " received a gradient twice in one backward (a second backward "
+                 "through the same graph?); call forward again before backward"));
   }
   attach_grad_to_view(index);
   used[index] = 1;
@@ -358,7 +361,7 @@ void Reducer::Impl::finalize() {
       }
     }
     for (size_t b = 0; b < next_bucket; ++b) buckets[b].reduction->wait();
-    unfinished_error = concat(
+    unfinished_error = c10::str(
         "DistributedDataParallel (rank ", group->rank(),
         "): expected to have finished reduction in the prior iteration before starting a new one. "
         "These parameters received no gradient: ",
@@ -444,7 +447,7 @@ void detail::ReducerInternals::broadcast_module_states(Reducer& reducer, int roo
   Reducer::Impl& s = *reducer.impl_;
   if (root < 0 || root >= s.group->size()) {
     throw InvalidArgument(
-        concat("broadcast_module_states: rank ", root, " is outside [0, ", s.group->size(), ")"));
+        c10::str("broadcast_module_states: rank ", root, " is outside [0, ", s.group->size(), ")"));
   }
   s.sync_module_states(root);
 }

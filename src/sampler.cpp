@@ -1,5 +1,6 @@
 #include "ddp/sampler.h"
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include "ddp/error.h"
@@ -10,10 +11,10 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
                                        SamplerOptions options)
     : dataset_size_(dataset_size), world_size_(world_size), rank_(rank), options_(options) {
   if (world_size < 1)
-    throw InvalidArgument(concat("DistributedSampler: world size ", world_size, " < 1"));
+    throw InvalidArgument(c10::str("DistributedSampler: world size ", world_size, " < 1"));
   if (rank < 0 || rank >= world_size) {
     throw InvalidArgument(
-        concat("DistributedSampler: rank ", rank, " is outside [0, ", world_size, ")"));
+        c10::str("DistributedSampler: rank ", rank, " is outside [0, ", world_size, ")"));
   }
   if (dataset_size < 0) throw InvalidArgument("DistributedSampler: negative data set size");
   size_shards();
@@ -125,10 +126,10 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   const int64_t seed = read("seed");
   if (size != dataset_size_ || world != world_size_ || rank != rank_ ||
       uint64_t(seed) != options_.seed()) {
-    throw InvalidArgument(concat("DistributedSampler::load: saved for ", size, " samples, rank ",
-                                 rank, " of ", world, ", seed ", seed, "; this sampler has ",
-                                 dataset_size_, ", rank ", rank_, " of ", world_size_, ", seed ",
-                                 options_.seed()));
+    throw InvalidArgument(c10::str("DistributedSampler::load: saved for ", size, " samples, rank ",
+                                   rank, " of ", world, ", seed ", seed, "; this sampler has ",
+                                   dataset_size_, ", rank ", rank_, " of ", world_size_, ", seed ",
+                                   options_.seed()));
   }
   epoch_ = read("epoch");
   torch::Tensor taken = torch::zeros({}, torch::kInt64);  // absent in older saves: 0

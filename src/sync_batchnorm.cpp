@@ -1,5 +1,7 @@
 #include "ddp/sync_batchnorm.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 
@@ -34,7 +36,7 @@ torch::Tensor differentiable_all_reduce_sum(const torch::Tensor& tensor, Process
 SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options_)
     : options(options_) {
   const int64_t c = options.num_features();
-  if (c < 1) throw InvalidArgument(concat("SyncBatchNorm: num_features must be >= 1, got ", c));
+  if (c < 1) throw InvalidArgument(c10::str("SyncBatchNorm: num_features must be >= 1, got ", c));
   if (options.affine()) {
     weight = register_parameter("weight", torch::ones({c}));
     bias = register_parameter("bias", torch::zeros({c}));
@@ -50,8 +52,8 @@ bool SyncBatchNormImpl::synchronised() const { return group_ && group_->size() >
 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
   if (input.dim() < 2 || input.size(1) != options.num_features()) {
-    throw InvalidArgument(concat("SyncBatchNorm: expected input of shape (N, ",
-                                 options.num_features(), ", ...), got ", input.sizes()));
+    throw InvalidArgument(c10::str("SyncBatchNorm: expected input of shape (N, ",
+                                   options.num_features(), ", ...), got ", input.sizes()));
   }
   const bool training = is_training() || !options.track_running_stats();
   double momentum = options.momentum().value_or(0.0);
@@ -111,7 +113,7 @@ int convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<ProcessGro
     } else if (dynamic_cast<torch::nn::BatchNorm1dImpl*>(&m) ||
                dynamic_cast<torch::nn::BatchNorm2dImpl*>(&m) ||
                dynamic_cast<torch::nn::BatchNorm3dImpl*>(&m)) {
-      throw InvalidArgument(concat(
+      throw InvalidArgument(c10::str(
           "convert_sync_batchnorm: '", item.key().empty() ? m.name() : item.key(), "' is a ",
           m.name(),
           ", which a C++ parent calls through its own typed member and so cannot be swapped; "

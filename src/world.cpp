@@ -4,8 +4,12 @@
 #include <climits>
 #include <cstdlib>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
+#include "launcher_handshake.h"
+#include "message_text.h"
 
 extern char** environ;
 
@@ -43,7 +47,7 @@ int parse_int(const std::string& text, const std::string& what, int min, int max
   const long v = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
     throw InvalidArgument(
-        concat(what, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
+        c10::str(what, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
   }
   return int(v);
 }
@@ -67,20 +71,28 @@ std::string first_slurm_host(const std::string& nodelist) {
 
 namespace {
 
-// What ddp.cpp's launcher says about failures: --on-failure, a newcomer, an elastic round's
-// progress key and cause.
-void read_failure_handling(const Env& env, WorldInfo& w) {
+// What ddp.cpp's launcher adds (launcher_handshake.h): its store's file or key prefix,
+// --on-failure, a newcomer, an elastic round's progress key and cause.
+std::shared_ptr<const LauncherHandshake> read_handshake(const Env& env, const WorldInfo& w) {
+  auto h = std::make_shared<LauncherHandshake>();
+  if (const std::string* file = get(env, env::kStoreFile)) h->store_file = *file;
+  if (const std::string* prefix = get(env, env::kStorePrefix)) {
+    h->store_prefix = *prefix;
+  } else if (w.agent_store) {
+    h->store_prefix = c10::str("/worker/attempt_", w.restart_count);
+  }
   if (const std::string* mode = get(env, env::kOnFailure)) {
     if (*mode != "continue" && *mode != "restart") {
-      throw InvalidArgument(concat("environment variable ", env::kOnFailure, ": '", *mode,
-                                   "' is neither continue nor restart"));
+      throw InvalidArgument(c10::str("environment variable ", env::kOnFailure, ": '", *mode,
+                                     "' is neither continue nor restart"));
     }
-    w.fault_tolerant = *mode == "continue";
+    h->fault_tolerant = *mode == "continue";
   }
   const std::string* newcomer = get(env, env::kNewcomer);
-  w.newcomer = newcomer && *newcomer == "1";
-  if (const std::string* key = get(env, env::kProgressKey)) w.progress_key = *key;
-  if (const std::string* cause = get(env, env::kRoundCause)) w.round_cause = *cause;
+  h->newcomer = newcomer && *newcomer == "1";
+  if (const std::string* key = get(env, env::kProgressKey)) h->progress_key = *key;
+  if (const std::string* cause = get(env, env::kRoundCause)) h->round_cause = *cause;
+  return h;
 }
 
 }  // namespace
@@ -90,8 +102,8 @@ WorldInfo WorldInfo::from_map(const Env& env) {
   if (get(env, env::kRank) || get(env, env::kWorldSize)) {
     w.source = "torchrun";
     if (!get(env, env::kRank) || !get(env, env::kWorldSize)) {
-      throw InvalidArgument(concat(env::kRank, " and ", env::kWorldSize,
-                                   " must be set together (torchrun sets both)"));
+      throw InvalidArgument(c10::str(env::kRank, " and ", env::kWorldSize,
+                                     " must be set together (torchrun sets both)"));
     }
     w.world_size = get_int(env, env::kWorldSize, 1, 1, 1 << 20);
     w.rank = get_int(env, env::kRank, 0, 0, INT_MAX);
@@ -101,13 +113,7 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     w.restart_count = get_int(env, env::kRestartCount, 0, 0, INT_MAX);
     const std::string* agent = get(env, env::kUseAgentStore);
     w.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
-    if (const std::string* file = get(env, env::kStoreFile)) w.store_file = *file;
-    if (const std::string* prefix = get(env, env::kStorePrefix)) {
-      w.store_prefix = *prefix;
-    } else if (w.agent_store) {
-      w.store_prefix = concat("/worker/attempt_", w.restart_count);
-    }
-    read_failure_handling(env, w);
+    w.launcher = read_handshake(env, w);
     read_master(env, w);
   } else if (get(env, env::kSlurmProcId) && get(env, env::kSlurmNtasks)) {
     w.source = "slurm";
@@ -126,7 +132,8 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     if (!nodes) nodes = get(env, env::kSlurmNodelist);
     if (nodes) w.master_addr = first_slurm_host(*nodes);
     if (const std::string* job = get(env, env::kSlurmJobId)) {
-      const int id = parse_int(*job, concat("environment variable ", env::kSlurmJobId), 0, INT_MAX);
+      const int id =
+          parse_int(*job, c10::str("environment variable ", env::kSlurmJobId), 0, INT_MAX);
       w.master_port = 15000 + id % 10000;
       w.master_port_set = nodes != nullptr;  // a whole address: plain `srun ddp-train` works
     }
@@ -145,14 +152,14 @@ WorldInfo WorldInfo::from_map(const Env& env) {
     read_master(env, w);
   }
   if (w.rank >= w.world_size) {
-    throw InvalidArgument(concat("rank ", w.rank, " is not below the world size ", w.world_size,
-                                 " (from ", w.source, "'s environment variables); ranks are 0..",
-                                 w.world_size - 1));
+    throw InvalidArgument(c10::str("rank ", w.rank, " is not below the world size ", w.world_size,
+                                   " (from ", w.source, "'s environment variables); ranks are 0..",
+                                   w.world_size - 1));
   }
   if (w.local_rank >= w.local_world_size) {
-    throw InvalidArgument(concat("local rank ", w.local_rank, " is not below the local world size ",
-                                 w.local_world_size, " (from ", w.source,
-                                 "'s environment variables)"));
+    throw InvalidArgument(c10::str("local rank ", w.local_rank,
+                                   " is not below the local world size ", w.local_world_size,
+                                   " (from ", w.source, "'s environment variables)"));
   }
   return w;
 }

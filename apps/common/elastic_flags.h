@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/elastic/launch.h"
 #include "flags.h"
 
@@ -37,7 +39,7 @@ inline void parse_rdzv_conf(const std::string& flag, const std::string& text, La
     const size_t eq = pair.find('=');
     const std::string key = pair.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : pair.substr(eq + 1);
-    const std::string what = concat(flag, " ", key);
+    const std::string what = c10::str(flag, " ", key);
     if (key == "join_timeout") {
       o.join_timeout(parse_double(what, value, 0.001, 1e7));
     } else if (key == "last_call_timeout") {
@@ -47,9 +49,9 @@ inline void parse_rdzv_conf(const std::string& flag, const std::string& text, La
     } else if (key == "keep_alive_max_attempt") {
       o.keep_alive_max_attempt(int(parse_int64(what, value, 1, 1000)));
     } else {
-      throw InvalidArgument(concat(flag, ": unknown key '", key,
-                                   "'; use join_timeout, last_call_timeout, keep_alive_interval "
-                                   "or keep_alive_max_attempt (KEY=VALUE,...)"));
+      throw InvalidArgument(c10::str(flag, ": unknown key '", key,
+                                     "'; use join_timeout, last_call_timeout, keep_alive_interval "
+                                     "or keep_alive_max_attempt (KEY=VALUE,...)"));
     }
   }
 }
@@ -59,10 +61,10 @@ inline void parse_rdzv_conf(const std::string& flag, const std::string& text, La
 template <class Options, class Launch>
 std::vector<Flag<Options>> elastic_flags(Launch launch) {
   auto conf_text = [](const LaunchOptions& o) {
-    return concat("join_timeout=", number_text(o.join_timeout()),
-                  ",last_call_timeout=", number_text(o.last_call()),
-                  ",keep_alive_interval=", number_text(o.keep_alive()),
-                  ",keep_alive_max_attempt=", o.keep_alive_max_attempt());
+    return c10::str("join_timeout=", number_text(o.join_timeout()),
+                    ",last_call_timeout=", number_text(o.last_call()),
+                    ",keep_alive_interval=", number_text(o.keep_alive()),
+                    ",keep_alive_max_attempt=", o.keep_alive_max_attempt());
   };
   return {
       {"--nnodes", "M|MIN:MAX",
@@ -75,7 +77,7 @@ std::vector<Flag<Options>> elastic_flags(Launch launch) {
        [launch](const Options& o) {
          const LaunchOptions& l = launch(o);
          return l.min_nodes() > 0 && l.min_nodes() != l.nnodes()
-                    ? concat(l.min_nodes(), ":", l.nnodes())
+                    ? c10::str(l.min_nodes(), ":", l.nnodes())
                     : std::to_string(l.nnodes());
        },
        ValueKind::kText},

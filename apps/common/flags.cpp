@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <c10/util/StringUtil.h>
+
 namespace ddp::cli {
 
 double parse_double(const std::string& flag, const std::string& text, double min, double max) {
@@ -12,7 +14,8 @@ double parse_double(const std::string& flag, const std::string& text, double min
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < min || v > max) {
-    throw InvalidArgument(concat(flag, ": '", text, "' is not a number in [", min, ", ", max, "]"));
+    throw InvalidArgument(
+        c10::str(flag, ": '", text, "' is not a number in [", min, ", ", max, "]"));
   }
   return v;
 }
@@ -23,7 +26,7 @@ int64_t parse_int64(const std::string& flag, const std::string& text, int64_t mi
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
     throw InvalidArgument(
-        concat(flag, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
+        c10::str(flag, ": '", text, "' is not an integer in [", min, ", ", max, "]"));
   }
   return v;
 }

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/elastic/cpu_binding.h"
 #include "ddp/error.h"
 
@@ -51,7 +53,7 @@ E parse_choice(const std::string& flag, const std::string& what, const std::stri
     if (name == text) return value;
     words.push_back(name);
   }
-  throw InvalidArgument(concat(flag, ": unknown ", what, " '", text, "'; use ", or_list(words)));
+  throw InvalidArgument(c10::str(flag, ": unknown ", what, " '", text, "'; use ", or_list(words)));
 }
 
 /// The name of `value` in `names` (every value has one).
@@ -133,13 +135,13 @@ class FlagTable {
       const Flag<Options>* flag = find(name);
       if (flag == nullptr) {
         throw InvalidArgument(
-            concat("unknown argument '", args[i], "'; see ", program_, " --help"));
+            c10::str("unknown argument '", args[i], "'; see ", program_, " --help"));
       }
       if (flag->value.empty()) {
-        if (has_value) throw InvalidArgument(concat(name, " takes no value"));
+        if (has_value) throw InvalidArgument(c10::str(name, " takes no value"));
       } else if (!has_value) {
         if (i + 1 >= args.size()) {
-          throw InvalidArgument(concat(name, " needs a value (", flag->value, ")"));
+          throw InvalidArgument(c10::str(name, " needs a value (", flag->value, ")"));
         }
         value = args[++i];
       }
@@ -156,7 +158,7 @@ class FlagTable {
     } catch (const InvalidArgument& e) {
       const std::string message = e.what();
       if (message.rfind(flag.name, 0) == 0) throw;
-      throw InvalidArgument(concat(flag.name, ": ", message));
+      throw InvalidArgument(c10::str(flag.name, ": ", message));
     }
   }
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp {
@@ -81,7 +83,7 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   created_.emplace(path);
   out_.open(path, std::ios::app);
   if (!out_) {
-    throw IoError(concat("cannot open ", path, " for writing: ", std::strerror(errno)));
+    throw IoError(c10::str("cannot open ", path, " for writing: ", std::strerror(errno)));
   }
 }
 
@@ -90,7 +92,7 @@ void MetricsWriter::write(const JsonRecord& record) {
   out_ << record.str() << '\n';
   out_.flush();
   created_->wrote();
-  if (!out_) throw IoError(concat("cannot write metrics to ", path_, " (disk full?)"));
+  if (!out_) throw IoError(c10::str("cannot write metrics to ", path_, " (disk full?)"));
 }
 
 }  // namespace ddp

@@ -8,6 +8,8 @@
 
 #if defined(DDP_HAVE_TOML)
 #include <toml++/toml.h>
+
+#include <c10/util/StringUtil.h>
 #endif
 
 #include "ddp/error.h"
@@ -18,10 +20,10 @@ namespace ddp::train {
 
 std::vector<std::string> flags_from_config_file(
     const std::string& path, const std::function<FlagArity(const std::string&)>&) {
-  throw InvalidArgument(concat("--config ", path,
-                               ": this ddp-train was built without TOML "
-                               "support (DDP_WITH_TOML=OFF; Debian: libtomlplusplus-dev); give "
-                               "the flags on the command line"));
+  throw InvalidArgument(c10::str("--config ", path,
+                                 ": this ddp-train was built without TOML "
+                                 "support (DDP_WITH_TOML=OFF; Debian: libtomlplusplus-dev); give "
+                                 "the flags on the command line"));
 }
 
 #else
@@ -40,7 +42,7 @@ std::string value_text(const toml::node& node, const std::string& where) {
   if (auto s = node.as_string()) return s->get();
   if (auto i = node.as_integer()) return std::to_string(i->get());
   if (auto f = node.as_floating_point()) return number_text(f->get());
-  throw InvalidArgument(concat(where, ": the value must be a string or a number"));
+  throw InvalidArgument(c10::str(where, ": the value must be a string or a number"));
 }
 
 }  // namespace
@@ -53,10 +55,11 @@ std::vector<std::string> flags_from_config_file(
   } catch (const toml::parse_error& e) {
     const auto& at = e.source().begin;
     if (at.line == 0) {  // the file itself could not be read
-      throw InvalidArgument(concat("--config ", path, ": cannot read it (", e.description(), ")"));
+      throw InvalidArgument(
+          c10::str("--config ", path, ": cannot read it (", e.description(), ")"));
     }
-    throw InvalidArgument(concat("--config ", path, ":", at.line, ":", at.column, ": ",
-                                 e.description(), " (TOML: key = value per line)"));
+    throw InvalidArgument(c10::str("--config ", path, ":", at.line, ":", at.column, ": ",
+                                   e.description(), " (TOML: key = value per line)"));
   }
   // Keys by line, so a mistake is reported in the file's order and the flags keep it too.
   std::vector<std::pair<const toml::key*, const toml::node*> > entries;
@@ -68,24 +71,24 @@ std::vector<std::string> flags_from_config_file(
   std::map<std::string, std::string> seen;  // flag → the key that set it
   for (const auto& [key, node] : entries) {
     const std::string where =
-        concat("--config ", path, ":", key->source().begin.line, ": '", key->str(), "'");
+        c10::str("--config ", path, ":", key->source().begin.line, ": '", key->str(), "'");
     std::string name = "--" + std::string(key->str());
     std::replace(name.begin(), name.end(), '_', '-');  // batch_size is --batch-size
     if (name == "--config")
-      throw InvalidArgument(concat(where, ": a config file cannot include another"));
+      throw InvalidArgument(c10::str(where, ": a config file cannot include another"));
     const FlagArity kind = arity(name);
     if (kind == FlagArity::kUnknown || name == "--help") {
-      throw InvalidArgument(concat(where,
-                                   ": unknown key; the keys are the flags of ddp-train "
-                                   "--help without the dashes (",
-                                   name.substr(2), " is not one)"));
+      throw InvalidArgument(c10::str(where,
+                                     ": unknown key; the keys are the flags of ddp-train "
+                                     "--help without the dashes (",
+                                     name.substr(2), " is not one)"));
     }
     if (!seen.emplace(name, std::string(key->str())).second) {
-      throw InvalidArgument(concat(where, ": given twice (also as '", seen[name], "')"));
+      throw InvalidArgument(c10::str(where, ": given twice (also as '", seen[name], "')"));
     }
     if (kind == FlagArity::kSwitch) {
       auto on = node->as_boolean();
-      if (!on) throw InvalidArgument(concat(where, ": a switch takes true or false"));
+      if (!on) throw InvalidArgument(c10::str(where, ": a switch takes true or false"));
       if (on->get()) args.push_back(name);
       continue;
     }

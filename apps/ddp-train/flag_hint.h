@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::train {
@@ -15,11 +17,11 @@ auto with_flag_hint(const std::string& hint, Call&& call) -> decltype(call()) {
   try {
     return call();
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(concat(e.what(), " (ddp-train: ", hint, ")"));
+    throw InvalidArgument(c10::str(e.what(), " (ddp-train: ", hint, ")"));
   } catch (const IoError& e) {
-    throw IoError(concat(e.what(), " (ddp-train: ", hint, ")"));
+    throw IoError(c10::str(e.what(), " (ddp-train: ", hint, ")"));
   } catch (const DataError& e) {
-    throw DataError(concat(e.what(), " (ddp-train: ", hint, ")"));
+    throw DataError(c10::str(e.what(), " (ddp-train: ", hint, ")"));
   }
 }
 

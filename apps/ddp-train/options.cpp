@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "config_file.h"
 #include "ddp/algorithms/comm_hook_registry.h"
 #include "ddp/environment.h"
@@ -42,7 +44,7 @@ DeviceChoice parse_device(const std::string& v) {
     const bool index =
         v.size() > 5 && v.size() <= 9 && v.find_first_not_of("0123456789", 5) == std::string::npos;
     if (!index)
-      throw InvalidArgument(concat("--device: '", v, "' is not cuda:N (N a GPU's index)"));
+      throw InvalidArgument(c10::str("--device: '", v, "' is not cuda:N (N a GPU's index)"));
     return {Kind::kCuda, std::stoi(v.substr(5))};
   }
   const Names<Kind> kinds = {{Kind::kAuto, "auto"}, {Kind::kCpu, "cpu"}, {Kind::kCuda, "cuda"}};
@@ -59,14 +61,15 @@ cli::Flag<O> dataset_flag() {
 }
 
 cli::Flag<O> device_flag() {
-  return {"--device", "NAME",
-          concat("auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; "
-                 "cuda (each worker on GPU ",
-                 env::kLocalRank,
-                 " of its node); cuda:N (every worker on GPU N: workers sharing a GPU need "
-                 "--backend gloo, NCCL refuses them)"),
-          [](O& o, const std::string& v) { o.device = parse_device(v); },
-          [](const O& o) { return to_string(o.device); }};
+  return {
+      "--device", "NAME",
+      c10::str("auto (default): cuda when LibTorch has CUDA and a GPU is visible, else cpu; cpu; "
+               "cuda (each worker on GPU ",
+               env::kLocalRank,
+               " of its node); cuda:N (every worker on GPU N: workers sharing a GPU need "
+               "--backend gloo, NCCL refuses them)"),
+      [](O& o, const std::string& v) { o.device = parse_device(v); },
+      [](const O& o) { return to_string(o.device); }};
 }
 
 // --config names the file the other keys came from: not itself part of the configuration.
@@ -98,7 +101,7 @@ cli::Flag<O> init_method_flag() {
   flag.set = [](O& o, const std::string& v) {
     if (v != "env://" && v.rfind("tcp://", 0) != 0 && v.rfind("file://", 0) != 0) {
       throw InvalidArgument(
-          concat("--init-method: '", v, "' is not env://, tcp://HOST:PORT or file:///PATH"));
+          c10::str("--init-method: '", v, "' is not env://, tcp://HOST:PORT or file:///PATH"));
     }
     o.init_method = v;
   };
@@ -215,9 +218,9 @@ const cli::FlagTable<O>& table() {
                     "(default 0)",
                     &O::seed, 0, int64_t(1) << 62),
         int_flag<O>("--threads", "N",
-                    concat("intra-op threads per worker (default 0: cores / workers on this "
-                           "node, or ",
-                           env::kOmpNumThreads, ")"),
+                    c10::str("intra-op threads per worker (default 0: cores / workers on this "
+                             "node, or ",
+                             env::kOmpNumThreads, ")"),
                     &O::threads, 0, 1024),
         int_flag<O>("--max-steps", "N",
                     "stop each epoch after N steps (default 0: the whole epoch)", &O::max_steps, 0,
@@ -389,9 +392,9 @@ void check_combinations(const TrainOptions& options) {
         "torchvision's RandomResizedCrop (leave out --random-crop)");
   }
   if (!folder && (options.image_size != 224 || options.full_decode)) {
-    throw InvalidArgument(concat(options.image_size != 224 ? "--image-size" : "--full-decode",
-                                 " applies to --dataset imagefolder (the in-memory sets have "
-                                 "their own image size)"));
+    throw InvalidArgument(c10::str(options.image_size != 224 ? "--image-size" : "--full-decode",
+                                   " applies to --dataset imagefolder (the in-memory sets have "
+                                   "their own image size)"));
   }
   if (options.local_batchnorm && options.model == ModelKind::kNet) {
     throw InvalidArgument("--local-batchnorm: --model net has no batch norm");
@@ -419,7 +422,7 @@ std::string to_string(const DeviceChoice& device) {
     case DeviceChoice::Kind::kCuda:
       break;
   }
-  return device.index < 0 ? "cuda" : concat("cuda:", device.index);
+  return device.index < 0 ? "cuda" : c10::str("cuda:", device.index);
 }
 
 std::vector<std::string> preset_flags(Preset preset, data::DatasetKind dataset) {

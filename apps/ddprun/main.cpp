@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/elastic/launch.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
@@ -17,7 +19,6 @@
 namespace {
 
 using O = ddp::LaunchOptions;
-using ddp::concat;
 namespace env = ddp::env;
 
 // The flags, one entry each: a declarative table.
@@ -46,9 +47,9 @@ const ddp::cli::FlagTable<O>& table() {
         switch_flag<O>("--rank0-only", "show only rank 0's output on the console",
                        DDP_CLI_FIELD(console_rank0_only)),
         text_flag<O>("--debug-dir", "DIR",
-                     concat("the workers write their flight records to DIR (", env::kDebugDir,
-                            ") when a collective fails or times out, or on SIGTERM; when the "
-                            "job fails, ddprun names the rank the others waited for"),
+                     c10::str("the workers write their flight records to DIR (", env::kDebugDir,
+                              ") when a collective fails or times out, or on SIGTERM; when the "
+                              "job fails, ddprun names the rank the others waited for"),
                      DDP_CLI_FIELD(debug_dir)),
     };
     for (Flag<O>& f : elastic_flags<O>([](auto& o) -> auto& { return o; })) list.push_back(f);
@@ -60,9 +61,9 @@ const ddp::cli::FlagTable<O>& table() {
 std::string help() {
   return "usage: ddprun [FLAGS] [--] PROGRAM [ARGS...]\n\n"
          "Starts PROGRAM once per worker with torchrun's environment (" +
-         concat(env::kRank, ", ", env::kWorldSize, ", ", env::kLocalRank, ",\n",
-                env::kLocalWorldSize, ", ", env::kGroupRank, ", ", env::kMasterAddr, ", ",
-                env::kMasterPort, ", ", env::kRestartCount) +
+         c10::str(env::kRank, ", ", env::kWorldSize, ", ", env::kLocalRank, ",\n",
+                  env::kLocalWorldSize, ", ", env::kGroupRank, ", ", env::kMasterAddr, ", ",
+                  env::kMasterPort, ", ", env::kRestartCount) +
          ").\nWhen a worker fails, the others are stopped (SIGTERM, then SIGKILL) and the "
          "failure named.\n\nflags:\n" +
          table().help() +

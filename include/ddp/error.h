@@ -4,10 +4,10 @@
 // kinds apart.
 #pragma once
 
-#include <chrono>
-#include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include <c10/util/StringUtil.h>
 
 namespace ddp {
 
@@ -53,28 +53,5 @@ class PeerFailure : public DistributedError {
  public:
   using DistributedError::DistributedError;
 };
-
-namespace detail {
-inline void append(std::ostringstream&) {}
-template <typename T, typename... Rest>
-void append(std::ostringstream& out, const T& first, const Rest&... rest) {
-  out << first;
-  append(out, rest...);
-}
-}  // namespace detail
-
-/// Concatenates its arguments into one message: `concat("bad size ", n, " in ", path)`.
-template <typename... Parts>
-std::string concat(const Parts&... parts) {
-  std::ostringstream out;
-  detail::append(out, parts...);
-  return out.str();
-}
-
-/// The first line of a message (c10 errors carry a backtrace after it).
-inline std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-/// A duration in seconds, as messages say it ("within 2.5 s").
-inline double seconds(std::chrono::milliseconds ms) { return double(ms.count()) / 1000.0; }
 
 }  // namespace ddp

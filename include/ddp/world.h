@@ -12,9 +12,12 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 
 namespace ddp {
+
+struct LauncherHandshake;  // src/launcher_handshake.h
 
 /// This process's place in the job.
 struct WorldInfo {
@@ -28,18 +31,11 @@ struct WorldInfo {
   bool master_port_set = false;  // MASTER_PORT (or the launcher's) was given
   int restart_count = 0;         // TORCHELASTIC_RESTART_COUNT
   bool agent_store = false;      // TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store
-  /// The workers' keys in the agent's store are under this prefix: DDP_STORE_PREFIX, else, as
-  /// torchrun's workers, "/worker/attempt_<restart count>" (so restarts never share keys).
-  std::string store_prefix;
-  /// DDP_STORE_FILE: launch() on one node rendezvouses through this file instead of a port.
-  std::string store_file;
-  /// DDP_ON_FAILURE=continue: the job goes on without a lost worker (FaultTolerantGroup).
-  bool fault_tolerant = false;
-  /// DDP_NEWCOMER=1: this worker joins the running job; its rank comes from the group.
-  bool newcomer = false;
-  /// DDP_PROGRESS_KEY and DDP_ROUND_CAUSE: an elastic agent's (JobProgress, job_progress.h).
-  std::string progress_key, round_cause;
   std::string source = "default";  // "torchrun", "slurm", "openmpi" or "default"
+  /// What ddp.cpp's own launcher adds for the library (its store, failure handling, elastic
+  /// progress): opaque here, null where there is none; the public views of it are
+  /// FaultTolerantGroup::requested() and is_newcomer(), and JobProgress::round_cause().
+  std::shared_ptr<const LauncherHandshake> launcher;
 
   /// Reads the process environment (see the file comment); throws InvalidArgument naming the
   /// variable when one is malformed or inconsistent (e.g. RANK >= WORLD_SIZE).
@@ -50,8 +46,5 @@ struct WorldInfo {
 
 /// The first host of a Slurm node list: "node[03-05,7],gpu1" → "node03".
 std::string first_slurm_host(const std::string& nodelist);
-
-/// Parses a decimal integer in [min, max]; throws InvalidArgument naming `what` otherwise.
-int parse_int(const std::string& text, const std::string& what, int min, int max);
 
 }  // namespace ddp

@@ -1,5 +1,7 @@
 #include "ddp/algorithms/comm_hook.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 
@@ -54,8 +56,8 @@ std::unique_ptr<PendingReduction> AllReduceHook::start(GradBucket& bucket, Proce
 
 CastHook::CastHook(torch::ScalarType wire_type) : wire_type_(wire_type) {
   if (wire_type != torch::kHalf && wire_type != torch::kBFloat16) {
-    throw InvalidArgument(
-        concat("CastHook: the wire type must be Half or BFloat16, not ", c10::toString(wire_type)));
+    throw InvalidArgument(c10::str("CastHook: the wire type must be Half or BFloat16, not ",
+                                   c10::toString(wire_type)));
   }
 }
 

@@ -3,6 +3,8 @@
 #include <mutex>
 #include <utility>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/algorithms/powersgd.h"
 #include "ddp/error.h"
 
@@ -16,8 +18,8 @@ template <class Make>
 Entry without_arguments(const std::string& name, Make make) {
   return {name, [name, make](const std::string& arguments) -> std::unique_ptr<CommHook> {
             if (!arguments.empty()) {
-              throw InvalidArgument(
-                  concat("comm hook '", name, ":", arguments, "': ", name, " takes no arguments"));
+              throw InvalidArgument(c10::str("comm hook '", name, ":", arguments, "': ", name,
+                                             " takes no arguments"));
             }
             return make();
           }};
@@ -53,7 +55,7 @@ Registry& registry() {
 
 void register_comm_hook_factory(const std::string& name, CommHookFactory factory) {
   if (name.empty() || name.find(':') != std::string::npos) {
-    throw InvalidArgument(concat("comm hook name '", name, "': must be non-empty, without ':'"));
+    throw InvalidArgument(c10::str("comm hook name '", name, "': must be non-empty, without ':'"));
   }
   Registry& r = registry();
   const std::lock_guard<std::mutex> lock(r.mutex);
@@ -85,8 +87,8 @@ std::unique_ptr<CommHook> make_comm_hook(const std::string& spec) {
   if (!factory) {
     std::string names;
     for (const auto& n : comm_hook_names()) names += (names.empty() ? "" : ", ") + n;
-    throw InvalidArgument(concat("unknown communication hook '", spec, "'; choose one of ", names,
-                                 " (powersgd[:rank[:start_step]])"));
+    throw InvalidArgument(c10::str("unknown communication hook '", spec, "'; choose one of ", names,
+                                   " (powersgd[:rank[:start_step]])"));
   }
   return factory(arguments);
 }

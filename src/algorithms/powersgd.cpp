@@ -3,10 +3,12 @@
 #include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/StringUtil.h>
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
+#include "message_text.h"
 
 namespace ddp {
 
@@ -174,8 +176,8 @@ int64_t start_allreduces(ProcessGroup& group, Compression& c) {
 
 PowerSGDHook::PowerSGDHook(PowerSGDOptions options) : options_(options) {
   if (options.matrix_approximation_rank() < 1) {
-    throw InvalidArgument(concat("PowerSGD: the approximation rank must be at least 1, got ",
-                                 options.matrix_approximation_rank()));
+    throw InvalidArgument(c10::str("PowerSGD: the approximation rank must be at least 1, got ",
+                                   options.matrix_approximation_rank()));
   }
   if (options.start_iter() < 0 || !(options.min_compression_rate() > 0)) {
     throw InvalidArgument("PowerSGD: start_iter must be >= 0 and min_compression_rate > 0");
@@ -185,7 +187,7 @@ PowerSGDHook::PowerSGDHook(PowerSGDOptions options) : options_(options) {
 PowerSGDHook::~PowerSGDHook() = default;
 
 std::string PowerSGDHook::name() const {
-  return concat("powersgd:", options_.matrix_approximation_rank());
+  return c10::str("powersgd:", options_.matrix_approximation_rank());
 }
 
 torch::Tensor PowerSGDHook::error(int index) const {
@@ -235,7 +237,7 @@ PowerSGDOptions powersgd_options_from_spec(const std::string& arguments) {
   options.start_iter(100);
   if (arguments.empty()) return options;
   const size_t colon = arguments.find(':');
-  const std::string what = concat("comm hook 'powersgd:", arguments, "'");
+  const std::string what = c10::str("comm hook 'powersgd:", arguments, "'");
   options.matrix_approximation_rank(
       parse_int(arguments.substr(0, colon), what + " (rank)", 1, 1 << 16));
   if (colon != std::string::npos) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "checkpoint/checkpoint_internal.h"
 #include "checkpoint/pickle_format.h"
 #include "ddp/atomic_file.h"
@@ -29,8 +31,8 @@ torch::Tensor for_file(const torch::Tensor& t) { return t.detach().to(torch::kCP
 torch::Tensor for_param(const torch::Tensor& t, const torch::Tensor& param, const std::string& path,
                         const std::string& name) {
   if (t.sizes() != param.sizes()) {
-    throw DataError(concat(path, ": optimizer state of ", name, " has shape ", t.sizes(),
-                           ", the parameter ", param.sizes()));
+    throw DataError(c10::str(path, ": optimizer state of ", name, " has shape ", t.sizes(),
+                             ", the parameter ", param.sizes()));
   }
   return t.to(param.device(), /*non_blocking=*/false, /*copy=*/true);
 }
@@ -42,12 +44,12 @@ c10::Dict<std::string, torch::Tensor> state_dict_of(const torch::nn::Module& mod
   return dict;
 }
 
-std::string shape_string(const torch::Tensor& t) { return concat(t.sizes()); }
+std::string shape_string(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
 const c10::IValue& field(const GenericDict& dict, const std::string& key, const std::string& path) {
   auto it = dict.find(key);
   if (it == dict.end())
-    throw DataError(concat(path, ": checkpoint has no '", key, "' entry; it is damaged"));
+    throw DataError(c10::str(path, ": checkpoint has no '", key, "' entry; it is damaged"));
   return it->value();
 }
 
@@ -94,9 +96,9 @@ void load_optimizer_state(const GenericDict& dict, const torch::nn::Module& modu
   const std::string kind = kind_entry == dict.end() ? "sgd" : kind_entry->value().toStringRef();
   const bool adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   if (kind != (adam ? "adam" : "sgd")) {
-    throw DataError(concat(path, ": the checkpoint holds ", kind,
-                           " optimizer state, but the optimizer to load it into is ",
-                           adam ? "adam" : "sgd", "; load it into a ", kind, " optimizer"));
+    throw DataError(c10::str(path, ": the checkpoint holds ", kind,
+                             " optimizer state, but the optimizer to load it into is ",
+                             adam ? "adam" : "sgd", "; load it into a ", kind, " optimizer"));
   }
   auto& states = optimizer.state();
   if (!adam) {
@@ -162,19 +164,19 @@ void write_checkpoint_value(const std::string& path, const c10::IValue& checkpoi
 CheckpointState load_checkpoint(const std::string& path, torch::nn::Module& module,
                                 torch::optim::Optimizer* optimizer) {
   const c10::IValue root = load_pickle(path);
-  if (!root.isGenericDict()) throw DataError(concat(path, ": not a ddp.cpp checkpoint"));
+  if (!root.isGenericDict()) throw DataError(c10::str(path, ": not a ddp.cpp checkpoint"));
   const GenericDict dict = root.toGenericDict();
   auto format = dict.find("format");
   if (format == dict.end() || !format->value().isString() ||
       format->value().toStringRef() != kFormatName) {
-    throw DataError(concat(path,
-                           ": not a ddp.cpp checkpoint (no format tag); a plain state dict "
-                           "loads with ddp::read_state_dict and ddp::load_state_dict"));
+    throw DataError(c10::str(path,
+                             ": not a ddp.cpp checkpoint (no format tag); a plain state dict "
+                             "loads with ddp::read_state_dict and ddp::load_state_dict"));
   }
   const int64_t version = field(dict, "version", path).toInt();
   if (version != kCheckpointVersion) {
-    throw DataError(concat(path, ": checkpoint format version ", version,
-                           ", but this build reads version ", kCheckpointVersion));
+    throw DataError(c10::str(path, ": checkpoint format version ", version,
+                             ", but this build reads version ", kCheckpointVersion));
   }
   load_state_dict(module, tensors_of(field(dict, "model", path), path, "model"), path);
   if (optimizer != nullptr) load_optimizer_state(dict, module, *optimizer, path);
@@ -230,21 +232,21 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
   for (const auto& [name, target] : targets) {
     auto it = state.find(name);
     if (it == state.end()) {
-      problems.push_back(concat("missing ", name, " ", shape_string(target)));
+      problems.push_back(c10::str("missing ", name, " ", shape_string(target)));
     } else if (it->second.sizes() != target.sizes()) {
-      problems.push_back(concat(name, " has shape ", shape_string(it->second), " in the file but ",
-                                shape_string(target), " in the model"));
+      problems.push_back(c10::str(name, " has shape ", shape_string(it->second),
+                                  " in the file but ", shape_string(target), " in the model"));
     }
   }
   for (const auto& [name, tensor] : state) {
     if (targets.count(name) == 0)
-      problems.push_back(concat("unexpected ", name, " ", shape_string(tensor)));
+      problems.push_back(c10::str("unexpected ", name, " ", shape_string(tensor)));
   }
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += "\n  " + p;
     throw DataError(
-        concat(source, " does not fit this model (another architecture or data set?):", list));
+        c10::str(source, " does not fit this model (another architecture or data set?):", list));
   }
   torch::NoGradGuard no_grad;
   for (auto& [name, target] : targets) target.copy_(state.at(name));

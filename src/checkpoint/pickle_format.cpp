@@ -9,6 +9,7 @@
 #include <functional>
 #include <tuple>
 
+#include <c10/util/StringUtil.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
@@ -16,6 +17,7 @@
 
 #include "checkpoint/pickle_guard.h"
 #include "ddp/error.h"
+#include "message_text.h"
 
 namespace ddp {
 
@@ -76,8 +78,8 @@ void check_storages_fit_records(const c10::IValue& value,
     if (!t.defined() || !t.has_storage()) return true;
     const auto record = record_bytes.find(t.storage().data_ptr().get());
     if (record != record_bytes.end() && record->second < t.storage().nbytes()) {
-      throw Error(concat("a tensor's storage claims ", t.storage().nbytes(),
-                         " bytes but its record in the archive holds ", record->second));
+      throw Error(c10::str("a tensor's storage claims ", t.storage().nbytes(),
+                           " bytes but its record in the archive holds ", record->second));
     }
     return true;
   });
@@ -125,7 +127,8 @@ c10::IValue unpickle_archive(const std::string& path,
 
 // Any pickled file: ours (pickle_for_python), or Python's torch.save of a dict or state_dict.
 c10::IValue load_pickle(const std::string& path) {
-  if (!std::ifstream(path)) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  if (!std::ifstream(path))
+    throw IoError(c10::str("cannot open ", path, ": ", std::strerror(errno)));
   try {
     return unpickle_archive(path, [](std::string pkl) { return pkl; });
   } catch (const std::exception& first) {
@@ -133,8 +136,8 @@ c10::IValue load_pickle(const std::string& path) {
       return unpickle_archive(path, rewrite_python_state_dict_pickle);
     } catch (const std::exception&) {
       throw DataError(
-          concat(path, ": not a readable checkpoint or state dict (", first_line(first.what()),
-                 "); the file is truncated or was not written by ddp.cpp or torch.save"));
+          c10::str(path, ": not a readable checkpoint or state dict (", first_line(first.what()),
+                   "); the file is truncated or was not written by ddp.cpp or torch.save"));
     }
   }
 }
@@ -145,25 +148,26 @@ void check_fits_storage(const torch::Tensor& t, const std::string& path, const s
   if (!t.has_storage() || t.numel() == 0) return;
   int64_t last = t.storage_offset();
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) < 0) throw DataError(concat(path, ": tensor ", name, " has a negative stride"));
+    if (t.stride(d) < 0)
+      throw DataError(c10::str(path, ": tensor ", name, " has a negative stride"));
     last += (t.size(d) - 1) * t.stride(d);
   }
   const auto needed = uint64_t(last + 1) * uint64_t(t.element_size());
   if (t.storage_offset() < 0 || needed > t.storage().nbytes()) {
-    throw DataError(concat(path, ": tensor ", name, " of shape ", t.sizes(), " needs ", needed,
-                           " bytes but its storage holds ", t.storage().nbytes(),
-                           "; the file is damaged"));
+    throw DataError(c10::str(path, ": tensor ", name, " of shape ", t.sizes(), " needs ", needed,
+                             " bytes but its storage holds ", t.storage().nbytes(),
+                             "; the file is damaged"));
   }
 }
 
 std::map<std::string, torch::Tensor> tensors_of(const c10::IValue& value, const std::string& path,
                                                 const std::string& what) {
   if (!value.isGenericDict())
-    throw DataError(concat(path, ": ", what, " is not a dict of tensors"));
+    throw DataError(c10::str(path, ": ", what, " is not a dict of tensors"));
   std::map<std::string, torch::Tensor> out;
   for (const auto& kv : value.toGenericDict()) {
     if (!kv.key().isString() || !kv.value().isTensor()) {
-      throw DataError(concat(path, ": ", what, " holds something other than named tensors"));
+      throw DataError(c10::str(path, ": ", what, " holds something other than named tensors"));
     }
     const torch::Tensor& t = kv.value().toTensor();
     check_fits_storage(t, path, kv.key().toStringRef());

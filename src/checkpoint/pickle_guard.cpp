@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <string_view>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp {
@@ -61,8 +63,8 @@ std::string memo_id_problem(const std::string& pickle, size_t start) {
   uint64_t id = 0;
   for (size_t i = 4; i >= 1; --i) id = id << 8 | uint8_t(pickle[start + i]);
   if (id < pickle.size()) return "";
-  return concat("a memo id of ", id, " at byte ", start, " is beyond the pickle's ", pickle.size(),
-                " bytes");
+  return c10::str("a memo id of ", id, " at byte ", start, " is beyond the pickle's ",
+                  pickle.size(), " bytes");
 }
 
 }  // namespace
@@ -78,7 +80,7 @@ std::string pickle_framing_problem(const std::string& pickle) {
       case Arg::kInvalid: {
         char hex[8];
         std::snprintf(hex, sizeof hex, "0x%02x", unsigned(op));
-        return concat("opcode ", hex, " at byte ", start, " is not a pickle opcode");
+        return c10::str("opcode ", hex, " at byte ", start, " is not a pickle opcode");
       }
       case Arg::kNone:
         if (op == '.') return "";  // STOP
@@ -91,14 +93,14 @@ std::string pickle_framing_problem(const std::string& pickle) {
         }
         break;
       case Arg::kLength: {
-        if (n - at < size_t(layout.size)) return concat("truncated length at byte ", start);
+        if (n - at < size_t(layout.size)) return c10::str("truncated length at byte ", start);
         uint64_t length = 0;
         for (int i = layout.size - 1; i >= 0; --i)
           length = length << 8 | uint8_t(pickle[at + size_t(i)]);
         at += size_t(layout.size);
         if (length > n - at) {
-          return concat("a length of ", length, " at byte ", start, " runs past the end (", n,
-                        " bytes)");
+          return c10::str("a length of ", length, " at byte ", start, " runs past the end (", n,
+                          " bytes)");
         }
         at += size_t(length);
         break;
@@ -107,12 +109,12 @@ std::string pickle_framing_problem(const std::string& pickle) {
       case Arg::kTwoLines:
         for (int line = 0; line < (layout.arg == Arg::kLine ? 1 : 2); ++line) {
           const size_t end = pickle.find('\n', at);
-          if (end == std::string::npos) return concat("unterminated line at byte ", start);
+          if (end == std::string::npos) return c10::str("unterminated line at byte ", start);
           at = end + 1;
         }
         break;
     }
-    if (at > n) return concat("truncated argument at byte ", start);
+    if (at > n) return c10::str("truncated argument at byte ", start);
   }
   return "no STOP";
 }

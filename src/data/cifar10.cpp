@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include <c10/util/StringUtil.h>
+
 #include "data/mapped_file.h"
 #include "ddp/error.h"
 
@@ -28,10 +30,11 @@ std::string Cifar10Dataset::resolve_dir(const std::string& dir, Split split) {
   if (is_file(dir + "/" + first)) return dir;
   const std::string nested = dir + "/cifar-10-batches-bin";
   if (is_file(nested + "/" + first)) return nested;
-  throw IoError(concat("CIFAR-10 not found: neither ", dir, "/", first, " nor ", nested, "/", first,
-                       " exists; point the data directory at cifar-10-batches-bin (or its "
-                       "parent), download it first (ddp::data::download_cifar10), or write a "
-                       "synthetic set (ddp::data::write_synthetic_cifar10)"));
+  throw IoError(c10::str("CIFAR-10 not found: neither ", dir, "/", first, " nor ", nested, "/",
+                         first,
+                         " exists; point the data directory at cifar-10-batches-bin (or its "
+                         "parent), download it first (ddp::data::download_cifar10), or write a "
+                         "synthetic set (ddp::data::write_synthetic_cifar10)"));
 }
 
 Cifar10Dataset::Cifar10Dataset(const std::string& dir, Split split) {
@@ -39,23 +42,24 @@ Cifar10Dataset::Cifar10Dataset(const std::string& dir, Split split) {
   for (const std::string& name : file_names(split)) {
     auto file = std::make_unique<MappedFile>(root + "/" + name);
     if (file->size() == 0 || file->size() % kCifarRecordBytes != 0) {
-      throw DataError(concat(file->path(), ": size ", file->size(),
-                             " bytes is not a positive multiple of the CIFAR-10 record size ",
-                             kCifarRecordBytes, "; the file is truncated or not CIFAR-10 binary"));
+      throw DataError(c10::str(file->path(), ": size ", file->size(),
+                               " bytes is not a positive multiple of the CIFAR-10 record size ",
+                               kCifarRecordBytes,
+                               "; the file is truncated or not CIFAR-10 binary"));
     }
     const size_t records = file->size() / kCifarRecordBytes;
     for (size_t r = 0; r < records; ++r) {
       const uint8_t label = file->data()[r * kCifarRecordBytes];
       if (label >= 10) {
-        throw DataError(concat(file->path(), ": record ", r, " has label ", int(label),
-                               ", but CIFAR-10 labels are 0-9; the file is corrupt"));
+        throw DataError(c10::str(file->path(), ": record ", r, " has label ", int(label),
+                                 ", but CIFAR-10 labels are 0-9; the file is corrupt"));
       }
     }
     first_index_.push_back(size_);
     size_ += records;
     files_.push_back(std::move(file));
   }
-  description_ = concat("CIFAR-10 ", split_name(split), ", ", size_, " images from ", root);
+  description_ = c10::str("CIFAR-10 ", split_name(split), ", ", size_, " images from ", root);
 }
 
 Cifar10Dataset::~Cifar10Dataset() = default;

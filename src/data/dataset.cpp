@@ -1,5 +1,7 @@
 #include "ddp/data/dataset.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/data/cifar10.h"
 #include "ddp/data/idx.h"
 #include "ddp/error.h"
@@ -13,8 +15,8 @@ DatasetKind parse_dataset_kind(const std::string& name, const std::string& what)
   if (name == "fashion-mnist" || name == "fashion_mnist") return DatasetKind::kFashionMnist;
   if (name == "mnist") return DatasetKind::kMnist;
   if (name == "imagefolder" || name == "image-folder") return DatasetKind::kImageFolder;
-  throw InvalidArgument(concat(what, ": unknown data set '", name,
-                               "'; use cifar10, fashion-mnist, mnist or imagefolder"));
+  throw InvalidArgument(c10::str(what, ": unknown data set '", name,
+                                 "'; use cifar10, fashion-mnist, mnist or imagefolder"));
 }
 
 const char* dataset_kind_name(DatasetKind kind) {
@@ -43,9 +45,10 @@ std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, 
       break;
   }
   if (kind == DatasetKind::kImageFolder) {
-    throw InvalidArgument(concat("image folder ", dir,
-                                 ": image folders are read file by file (ddp::data::ImageFolder), "
-                                 "not held in memory"));
+    throw InvalidArgument(
+        c10::str("image folder ", dir,
+                 ": image folders are read file by file (ddp::data::ImageFolder), "
+                 "not held in memory"));
   }
   throw InvalidArgument("unknown data set kind");
 }

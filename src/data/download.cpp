@@ -16,6 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/atomic_file.h"
 #include "ddp/data/cifar10.h"
 #include "ddp/error.h"
@@ -37,16 +39,18 @@ bool cifar_complete(const std::string& root) {
 #if !defined(DDP_HAVE_DOWNLOAD)
 
 std::string md5_file(const std::string& path) {
-  throw Error(concat("cannot hash ", path, ": this build has no OpenSSL (DDP_WITH_DOWNLOAD=OFF)"));
+  throw Error(
+      c10::str("cannot hash ", path, ": this build has no OpenSSL (DDP_WITH_DOWNLOAD=OFF)"));
 }
 
 void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   if (cifar_complete(dir + "/cifar-10-batches-bin")) return;
-  throw InvalidArgument(concat("cannot download ", options.url(),
-                               ": this build has no libcurl, "
-                               "libarchive and OpenSSL (DDP_WITH_DOWNLOAD=OFF); fetch the archive "
-                               "yourself and unpack it into ",
-                               dir, ", or rebuild with them"));
+  throw InvalidArgument(
+      c10::str("cannot download ", options.url(),
+               ": this build has no libcurl, "
+               "libarchive and OpenSSL (DDP_WITH_DOWNLOAD=OFF); fetch the archive "
+               "yourself and unpack it into ",
+               dir, ", or rebuild with them"));
 }
 
 #else
@@ -65,7 +69,7 @@ using ArchiveWriterPtr = std::unique_ptr<struct archive, decltype(&archive_write
 
 void fetch(const std::string& url, const std::string& dest, long timeout_seconds) {
   FilePtr out(std::fopen(dest.c_str(), "wb"));
-  if (!out) throw IoError(concat("cannot create ", dest, ": ", std::strerror(errno)));
+  if (!out) throw IoError(c10::str("cannot create ", dest, ": ", std::strerror(errno)));
   CurlPtr curl(curl_easy_init(), &curl_easy_cleanup);
   if (!curl) throw IoError("libcurl: curl_easy_init failed");
   char errbuf[CURL_ERROR_SIZE] = {0};
@@ -79,11 +83,11 @@ void fetch(const std::string& url, const std::string& dest, long timeout_seconds
   const CURLcode rc = curl_easy_perform(curl.get());
   if (rc != CURLE_OK) {
     throw IoError(
-        concat("download of ", url, " failed: ", errbuf[0] ? errbuf : curl_easy_strerror(rc),
-               "; check the network, or fetch cifar-10-binary.tar.gz yourself and unpack it "
-               "into the data directory"));
+        c10::str("download of ", url, " failed: ", errbuf[0] ? errbuf : curl_easy_strerror(rc),
+                 "; check the network, or fetch cifar-10-binary.tar.gz yourself and unpack it "
+                 "into the data directory"));
   }
-  if (std::fflush(out.get()) != 0) throw IoError(concat("cannot write ", dest, ": disk full?"));
+  if (std::fflush(out.get()) != 0) throw IoError(c10::str("cannot write ", dest, ": disk full?"));
 }
 
 void extract(const std::string& archive_path, const std::string& dest_dir) {
@@ -92,7 +96,7 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
   archive_read_support_format_all(in.get());
   if (archive_read_open_filename(in.get(), archive_path.c_str(), 1 << 16) != ARCHIVE_OK) {
     throw DataError(
-        concat(archive_path, ": not a readable archive: ", archive_error_string(in.get())));
+        c10::str(archive_path, ": not a readable archive: ", archive_error_string(in.get())));
   }
   ArchiveWriterPtr out(archive_write_disk_new(), &archive_write_free);
   // Refuse ".." and links out, so a forged archive cannot write outside dest_dir.
@@ -103,17 +107,18 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
     const int rc = archive_read_next_header(in.get(), &entry);
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK) {
-      throw DataError(concat(archive_path, ": corrupt archive: ", archive_error_string(in.get())));
+      throw DataError(
+          c10::str(archive_path, ": corrupt archive: ", archive_error_string(in.get())));
     }
     const std::string name = archive_entry_pathname(entry);
     if (name.empty() || name[0] == '/') {
       throw DataError(
-          concat(archive_path, ": entry '", name, "' has an absolute path; refusing it"));
+          c10::str(archive_path, ": entry '", name, "' has an absolute path; refusing it"));
     }
     const std::string target = dest_dir + "/" + name;
     archive_entry_set_pathname(entry, target.c_str());
     if (archive_write_header(out.get(), entry) != ARCHIVE_OK) {
-      throw IoError(concat("cannot unpack ", target, ": ", archive_error_string(out.get())));
+      throw IoError(c10::str("cannot unpack ", target, ": ", archive_error_string(out.get())));
     }
     const void* block = nullptr;
     size_t size = 0;
@@ -121,12 +126,12 @@ void extract(const std::string& archive_path, const std::string& dest_dir) {
     int r;
     while ((r = archive_read_data_block(in.get(), &block, &size, &offset)) == ARCHIVE_OK) {
       if (archive_write_data_block(out.get(), block, size, offset) != ARCHIVE_OK) {
-        throw IoError(concat("cannot write ", target, ": ", archive_error_string(out.get())));
+        throw IoError(c10::str("cannot write ", target, ": ", archive_error_string(out.get())));
       }
     }
     if (r != ARCHIVE_EOF) {
       throw DataError(
-          concat(archive_path, ": truncated archive: ", archive_error_string(in.get())));
+          c10::str(archive_path, ": truncated archive: ", archive_error_string(in.get())));
     }
     archive_write_finish_entry(out.get());
   }
@@ -143,7 +148,7 @@ void remove_tree(const std::string& path) {
 
 std::string md5_file(const std::string& path) {
   FilePtr in(std::fopen(path.c_str(), "rb"));
-  if (!in) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  if (!in) throw IoError(c10::str("cannot open ", path, ": ", std::strerror(errno)));
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr);
   std::vector<unsigned char> buf(1 << 20);
@@ -167,14 +172,15 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
   const std::string root = dir + "/cifar-10-batches-bin";
   if (cifar_complete(root)) return;
   if (path_exists(root)) {
-    throw IoError(concat(root, " exists but is incomplete; remove it and download again"));
+    throw IoError(c10::str(root, " exists but is incomplete; remove it and download again"));
   }
   make_directories(dir);
   std::string staging_template = dir + "/.cifar10-download-XXXXXX";
   std::vector<char> name(staging_template.begin(), staging_template.end());
   name.push_back('\0');
   if (::mkdtemp(name.data()) == nullptr) {
-    throw IoError(concat("cannot create a staging directory in ", dir, ": ", std::strerror(errno)));
+    throw IoError(
+        c10::str("cannot create a staging directory in ", dir, ": ", std::strerror(errno)));
   }
   const std::string staging(name.data());
   try {
@@ -182,16 +188,17 @@ void download_cifar10(const std::string& dir, const DownloadOptions& options) {
     fetch(options.url(), archive, options.timeout_seconds());
     const std::string md5 = md5_file(archive);
     if (md5 != options.md5()) {
-      throw DataError(concat("download of ", options.url(), " has MD5 ", md5, ", expected ",
-                             options.md5(), "; the file is corrupt or not CIFAR-10 — try again"));
+      throw DataError(c10::str("download of ", options.url(), " has MD5 ", md5, ", expected ",
+                               options.md5(), "; the file is corrupt or not CIFAR-10 — try again"));
     }
     extract(archive, staging);
     if (!cifar_complete(staging + "/cifar-10-batches-bin")) {
       throw DataError(
-          concat(options.url(), " does not contain cifar-10-batches-bin with all 6 batch files"));
+          c10::str(options.url(), " does not contain cifar-10-batches-bin with all 6 batch files"));
     }
     if (::rename((staging + "/cifar-10-batches-bin").c_str(), root.c_str()) != 0) {
-      throw IoError(concat("cannot move the unpacked data to ", root, ": ", std::strerror(errno)));
+      throw IoError(
+          c10::str("cannot move the unpacked data to ", root, ": ", std::strerror(errno)));
     }
   } catch (...) {
     remove_tree(staging);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -33,8 +35,8 @@ std::string find_idx_file(const std::string& dir, const std::string& base,
       return candidate;
     }
   }
-  throw IoError(concat(what, " not found: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
-                       " exists; point the data directory at the one holding the IDX files"));
+  throw IoError(c10::str(what, " not found: neither ", dir, "/", base, ".gz nor ", dir, "/", base,
+                         " exists; point the data directory at the one holding the IDX files"));
 }
 
 }  // namespace
@@ -44,21 +46,21 @@ std::string find_idx_file(const std::string& dir, const std::string& base,
 // Without zlib (DDP_WITH_GZIP=OFF): plain files only, and a gzip'd one is named as such.
 std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!file) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  if (!file) throw IoError(c10::str("cannot open ", path, ": ", std::strerror(errno)));
   std::vector<uint8_t> out;
   std::vector<uint8_t> chunk(1 << 20);
   while (const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get())) {
     if (out.size() + n > max_bytes) {
       throw DataError(
-          concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
+          c10::str(path, ": more than ", max_bytes, " bytes, larger than its header says"));
     }
     out.insert(out.end(), chunk.begin(), chunk.begin() + n);
   }
-  if (std::ferror(file.get())) throw IoError(concat("cannot read ", path));
+  if (std::ferror(file.get())) throw IoError(c10::str("cannot read ", path));
   if (out.size() >= 2 && out[0] == 0x1f && out[1] == 0x8b) {
-    throw DataError(concat(path,
-                           " is gzip-compressed, and this build has no zlib "
-                           "(DDP_WITH_GZIP=OFF): gunzip it, or rebuild with zlib"));
+    throw DataError(c10::str(path,
+                             " is gzip-compressed, and this build has no zlib "
+                             "(DDP_WITH_GZIP=OFF): gunzip it, or rebuild with zlib"));
   }
   return out;
 }
@@ -67,7 +69,7 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
 
 std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) {
   gzFile gz = gzopen(path.c_str(), "rb");  // reads plain files unchanged
-  if (gz == nullptr) throw IoError(concat("cannot open ", path, ": ", std::strerror(errno)));
+  if (gz == nullptr) throw IoError(c10::str("cannot open ", path, ": ", std::strerror(errno)));
   std::unique_ptr<gzFile_s, int (*)(gzFile)> closer(gz, gzclose_r);
   std::vector<uint8_t> out;
   std::vector<uint8_t> chunk(1 << 20);
@@ -76,12 +78,12 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
     if (n < 0) {
       int code = 0;
       const char* msg = gzerror(gz, &code);
-      throw DataError(concat(path, ": cannot decompress (", msg, "); the gzip file is corrupt"));
+      throw DataError(c10::str(path, ": cannot decompress (", msg, "); the gzip file is corrupt"));
     }
     if (n == 0) break;
     if (out.size() + size_t(n) > max_bytes) {
       throw DataError(
-          concat(path, ": more than ", max_bytes, " bytes, larger than its header says"));
+          c10::str(path, ": more than ", max_bytes, " bytes, larger than its header says"));
     }
     out.insert(out.end(), chunk.begin(), chunk.begin() + n);
   }
@@ -89,11 +91,11 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path, size_t max_bytes) 
   int code = Z_OK;
   const char* msg = gzerror(gz, &code);
   if (code != Z_OK && code != Z_STREAM_END) {
-    throw DataError(concat(path, ": truncated or corrupt gzip data (", msg, ")"));
+    throw DataError(c10::str(path, ": truncated or corrupt gzip data (", msg, ")"));
   }
   gzFile raw = closer.release();
   if (gzclose_r(raw) == Z_BUF_ERROR) {
-    throw DataError(concat(path, ": truncated gzip file (ends in the middle of the stream)"));
+    throw DataError(c10::str(path, ": truncated gzip file (ends in the middle of the stream)"));
   }
   return out;
 }
@@ -114,45 +116,45 @@ IdxDataset::IdxDataset(const std::string& dir, Split split, const std::string& n
   // Labels first: their count bounds what the image file may hold.
   labels_ = read_maybe_gzip(labels_path, size_t(1) << 31);
   if (labels_.size() < 8 || read_be32(labels_.data()) != kLabelsMagic) {
-    throw DataError(concat(labels_path, ": not an IDX label file (expected magic 0x00000801)"));
+    throw DataError(c10::str(labels_path, ": not an IDX label file (expected magic 0x00000801)"));
   }
   const size_t count = read_be32(labels_.data() + 4);
   if (labels_.size() - 8 != count) {
-    throw DataError(concat(labels_path, ": header says ", count, " labels but the file holds ",
-                           labels_.size() - 8, "; the file is truncated or corrupt"));
+    throw DataError(c10::str(labels_path, ": header says ", count, " labels but the file holds ",
+                             labels_.size() - 8, "; the file is truncated or corrupt"));
   }
   labels_.erase(labels_.begin(), labels_.begin() + 8);
   for (size_t i = 0; i < labels_.size(); ++i) {
     if (labels_[i] >= 10) {
-      throw DataError(concat(labels_path, ": label ", i, " is ", int(labels_[i]),
-                             ", but this data set has 10 classes (0-9)"));
+      throw DataError(c10::str(labels_path, ": label ", i, " is ", int(labels_[i]),
+                               ", but this data set has 10 classes (0-9)"));
     }
   }
 
   std::vector<uint8_t> raw = read_maybe_gzip(images_path, 16 + count * size_t(kMaxSide) * kMaxSide);
   if (raw.size() < 16 || read_be32(raw.data()) != kImagesMagic) {
-    throw DataError(concat(images_path, ": not an IDX image file (expected magic 0x00000803)"));
+    throw DataError(c10::str(images_path, ": not an IDX image file (expected magic 0x00000803)"));
   }
   const size_t n = read_be32(raw.data() + 4);
   const size_t rows = read_be32(raw.data() + 8);
   const size_t cols = read_be32(raw.data() + 12);
   if (n != count) {
-    throw DataError(concat(images_path, ": ", n, " images but ", labels_path, " has ", count,
-                           " labels; the two files do not belong together"));
+    throw DataError(c10::str(images_path, ": ", n, " images but ", labels_path, " has ", count,
+                             " labels; the two files do not belong together"));
   }
   if (rows == 0 || cols == 0 || rows > kMaxSide || cols > kMaxSide) {
     throw DataError(
-        concat(images_path, ": image dimensions ", rows, "x", cols, " are not plausible"));
+        c10::str(images_path, ": image dimensions ", rows, "x", cols, " are not plausible"));
   }
   if (raw.size() - 16 != n * rows * cols) {
-    throw DataError(concat(images_path, ": header says ", n, " images of ", rows, "x", cols, " = ",
-                           n * rows * cols, " bytes, but the file holds ", raw.size() - 16,
-                           "; the file is truncated or corrupt"));
+    throw DataError(c10::str(images_path, ": header says ", n, " images of ", rows, "x", cols,
+                             " = ", n * rows * cols, " bytes, but the file holds ", raw.size() - 16,
+                             "; the file is truncated or corrupt"));
   }
   raw.erase(raw.begin(), raw.begin() + 16);
   images_ = std::move(raw);
   shape_ = {1, int(rows), int(cols)};
-  description_ = concat(name, " ", split_name(split), ", ", count, " images from ", dir);
+  description_ = c10::str(name, " ", split_name(split), ", ", count, " images from ", dir);
 }
 
 }  // namespace ddp::data

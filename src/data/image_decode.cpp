@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <limits>
 
+#include <c10/util/StringUtil.h>
+
 #include "data/image_codec.h"
 #include "ddp/data/image.h"
 #include "ddp/error.h"
@@ -23,16 +25,16 @@ std::string describe_start(const uint8_t* data, size_t size) {
     hex += byte;
     text += data[i] >= 0x20 && data[i] < 0x7f ? char(data[i]) : '.';
   }
-  return concat(hex, " ('", text, "')");
+  return c10::str(hex, " ('", text, "')");
 }
 
 // Throws unless `data` holds something decode_image and read_image_info know.
 ImageFormat require_format(const uint8_t* data, size_t size, const std::string& name) {
-  if (size == 0) throw DataError(concat(name, ": empty file (0 bytes), not an image"));
+  if (size == 0) throw DataError(c10::str(name, ": empty file (0 bytes), not an image"));
   const ImageFormat format = sniff_image_format(data, size);
   if (format == ImageFormat::kUnknown) {
-    throw DataError(concat(name, ": not a JPEG or PNG image (", size, " bytes, starting with ",
-                           describe_start(data, size), ")"));
+    throw DataError(c10::str(name, ": not a JPEG or PNG image (", size, " bytes, starting with ",
+                             describe_start(data, size), ")"));
   }
   return format;
 }
@@ -64,12 +66,12 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
                       const DecodeOptions& options) {
   const int d = options.scale_denominator;
   if (d != 1 && d != 2 && d != 4 && d != 8) {
-    throw InvalidArgument(concat("DecodeOptions::scale_denominator is ", d,
-                                 "; it takes 1, 2, 4 or 8 (decoding ", name, ")"));
+    throw InvalidArgument(c10::str("DecodeOptions::scale_denominator is ", d,
+                                   "; it takes 1, 2, 4 or 8 (decoding ", name, ")"));
   }
   if (options.max_pixels < 1) {
     throw InvalidArgument(
-        concat("DecodeOptions::max_pixels is ", options.max_pixels, "; it must be at least 1"));
+        c10::str("DecodeOptions::max_pixels is ", options.max_pixels, "; it must be at least 1"));
   }
   if (require_format(data, size, name) == ImageFormat::kJpeg) {
     return detail::decode_jpeg(data, size, name, options);
@@ -79,7 +81,7 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
 
 int scaled_size(int size, int denominator) {
   if (denominator < 1) {
-    throw InvalidArgument(concat("scaled_size: denominator ", denominator, " is not positive"));
+    throw InvalidArgument(c10::str("scaled_size: denominator ", denominator, " is not positive"));
   }
   return int((int64_t(size) + denominator - 1) / denominator);
 }
@@ -89,19 +91,19 @@ namespace detail {
 size_t checked_rgb_bytes(int64_t width, int64_t height, const char* what, const std::string& name,
                          const DecodeOptions& options) {
   if (width < 1 || height < 1) {
-    throw DataError(concat(name, ": ", what, " header says ", width, " x ", height,
-                           " pixels; the file is corrupt"));
+    throw DataError(c10::str(name, ": ", what, " header says ", width, " x ", height,
+                             " pixels; the file is corrupt"));
   }
   // Both sides fit 31 bits (the formats' limits), so their product fits int64_t.
   const int64_t pixels = width * height;
   if (pixels > options.max_pixels) {
-    throw DataError(concat(name, ": ", what, " of ", width, " x ", height, " = ", pixels,
-                           " pixels, more than the limit of ", options.max_pixels,
-                           " (DecodeOptions::max_pixels, PIL's decompression bomb limit)"));
+    throw DataError(c10::str(name, ": ", what, " of ", width, " x ", height, " = ", pixels,
+                             " pixels, more than the limit of ", options.max_pixels,
+                             " (DecodeOptions::max_pixels, PIL's decompression bomb limit)"));
   }
   if (uint64_t(pixels) > std::numeric_limits<size_t>::max() / 4) {
-    throw DataError(concat(name, ": ", what, " of ", width, " x ", height,
-                           " pixels is too large for this machine's memory"));
+    throw DataError(c10::str(name, ": ", what, " of ", width, " x ", height,
+                             " pixels is too large for this machine's memory"));
   }
   return size_t(pixels) * 3;
 }

@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -90,17 +92,17 @@ ImageFolder::ImageFolder(const std::string& root) : root_(root) {
   std::error_code error;
   fs::directory_iterator it(root, error), end;
   if (error) {
-    throw IoError(concat("image folder ", root, ": ", error.message(),
-                         " (it should hold one sub-directory of images per class)"));
+    throw IoError(c10::str("image folder ", root, ": ", error.message(),
+                           " (it should hold one sub-directory of images per class)"));
   }
   for (; it != end; it.increment(error)) {
-    if (error) throw IoError(concat("image folder ", root, ": ", error.message()));
+    if (error) throw IoError(c10::str("image folder ", root, ": ", error.message()));
     if (is_dir_following_links(*it)) classes_.push_back(it->path().filename().string());
   }
   std::sort(classes_.begin(), classes_.end());
   if (classes_.empty()) {
-    throw DataError(concat("image folder ", root,
-                           ": no class folder in it (ImageFolder expects ROOT/<class>/<image>)"));
+    throw DataError(c10::str("image folder ", root,
+                             ": no class folder in it (ImageFolder expects ROOT/<class>/<image>)"));
   }
   offsets_.push_back(0);
   std::vector<std::string> empty;
@@ -110,9 +112,9 @@ ImageFolder::ImageFolder(const std::string& root) : root_(root) {
     if (labels_.size() == before) empty.push_back(classes_[c]);
   }
   if (!empty.empty()) {
-    throw DataError(concat("image folder ", root, ": no image in the class folder(s) ", join(empty),
-                           " (supported extensions: ", join(kDecoded),
-                           "); remove the folder or add images to it"));
+    throw DataError(c10::str("image folder ", root, ": no image in the class folder(s) ",
+                             join(empty), " (supported extensions: ", join(kDecoded),
+                             "); remove the folder or add images to it"));
   }
 }
 
@@ -126,11 +128,11 @@ void ImageFolder::add_class(int label) {
     for (const std::string& name : names) {
       const std::string lowered = lower(name);  // torchvision's extensions: any case
       if (ends_with_any(lowered, kNotDecoded)) {
-        throw DataError(concat(dir, "/", name, ": this image format is not decoded by ddp.cpp (",
-                               join(kDecoded),
-                               " are); convert such files to PNG or JPEG, or "
-                               "move them out of ",
-                               root_));
+        throw DataError(c10::str(dir, "/", name, ": this image format is not decoded by ddp.cpp (",
+                                 join(kDecoded),
+                                 " are); convert such files to PNG or JPEG, or "
+                                 "move them out of ",
+                                 root_));
       }
       if (!ends_with_any(lowered, kDecoded)) continue;
       paths_ += (fs::path(dir) / name).string().substr(prefix);
@@ -151,7 +153,7 @@ size_t ImageFolder::index_bytes() const {
 }
 
 std::string ImageFolder::description() const {
-  return concat("ImageFolder ", root_, ": ", size(), " images of ", classes_.size(), " classes");
+  return c10::str("ImageFolder ", root_, ": ", size(), " images of ", classes_.size(), " classes");
 }
 
 }  // namespace ddp::data

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/data/image.h"
 #include "ddp/data/resample.h"
 #include "ddp/error.h"
@@ -22,12 +24,12 @@ std::vector<uint8_t> read_file(const std::string& path) {
   // O_NONBLOCK: a named pipe called x.jpg would otherwise block open() until a writer comes,
   // and with it the loader thread, next() and every other rank.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw IoError(concat(path, ": cannot open: ", std::strerror(errno)));
+  if (fd < 0) throw IoError(c10::str(path, ": cannot open: ", std::strerror(errno)));
   std::vector<uint8_t> bytes;
   struct stat st {};
   if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw IoError(concat(path, ": not a regular file (a named pipe, a device or a directory)"));
+    throw IoError(c10::str(path, ": not a regular file (a named pipe, a device or a directory)"));
   }
   if (st.st_size > 0) bytes.reserve(size_t(st.st_size));
   uint8_t chunk[1 << 16];
@@ -37,7 +39,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
     if (n < 0) {
       const int e = errno;
       ::close(fd);
-      throw IoError(concat(path, ": cannot read: ", std::strerror(e)));
+      throw IoError(c10::str(path, ": cannot read: ", std::strerror(e)));
     }
     if (n == 0) break;
     bytes.insert(bytes.end(), chunk, chunk + n);
@@ -91,12 +93,13 @@ void eval_pixels(const std::vector<uint8_t>& bytes, const std::string& path,
   try {
     size = resize_shorter_side(image.width, image.height, o.resize());
   } catch (const DataError& e) {
-    throw DataError(concat(path, ": ", e.what()));
+    throw DataError(c10::str(path, ": ", e.what()));
   }
   const auto [width, height] = size;
   if (int64_t(width) * height > o.max_pixels()) {
-    throw DataError(concat(path, ": a ", image.width, "x", image.height, " image, ", width, "x",
-                           height, " once resized, over the limit of ", o.max_pixels(), " pixels"));
+    throw DataError(c10::str(path, ": a ", image.width, "x", image.height, " image, ", width, "x",
+                             height, " once resized, over the limit of ", o.max_pixels(),
+                             " pixels"));
   }
   std::vector<uint8_t> resized;
   const uint8_t* pixels = image.pixels.data();
@@ -121,10 +124,10 @@ ImageFolderSource::ImageFolderSource(std::shared_ptr<const ImageFolder> folder,
                                      ImagePipelineOptions options)
     : folder_(std::move(folder)), options_(std::move(options)) {
   const auto& o = options_;
-  if (o.size() < 1) throw InvalidArgument(concat("image size ", o.size(), " must be positive"));
+  if (o.size() < 1) throw InvalidArgument(c10::str("image size ", o.size(), " must be positive"));
   if (o.kind() == ImagePipelineOptions::Kind::kEval && o.resize() < o.size()) {
     throw InvalidArgument(
-        concat("evaluation resize ", o.resize(), " is below the crop ", o.size()));
+        c10::str("evaluation resize ", o.resize(), " is below the crop ", o.size()));
   }
   if (o.normalize() && (o.mean().size() != 3 || o.std().size() != 3)) {
     throw InvalidArgument("image normalisation needs 3 means and 3 standard deviations");

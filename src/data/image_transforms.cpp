@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::data {
@@ -85,8 +87,8 @@ std::array<int, 2> resize_shorter_side(int width, int height, int size) {
   // Python's int(): truncation. A very thin image's long side can pass int's range.
   const int64_t new_long = int64_t(size) * long_side / short_side;
   if (new_long > (int64_t(1) << 30)) {
-    throw DataError(concat("a ", width, "x", height, " image resized to ", size,
-                           " on its shorter side would be ", new_long, " pixels long"));
+    throw DataError(c10::str("a ", width, "x", height, " image resized to ", size,
+                             " on its shorter side would be ", new_long, " pixels long"));
   }
   return portrait ? std::array<int, 2>{size, int(new_long)}
                   : std::array<int, 2>{int(new_long), size};
@@ -94,7 +96,7 @@ std::array<int, 2> resize_shorter_side(int width, int height, int size) {
 
 CropBox center_crop_box(int width, int height, int size) {
   if (width < size || height < size) {
-    throw InvalidArgument(concat("center crop ", size, " of a ", width, "x", height, " image"));
+    throw InvalidArgument(c10::str("center crop ", size, " of a ", width, "x", height, " image"));
   }
   return {int(round_half_even((height - size) / 2.0)), int(round_half_even((width - size) / 2.0)),
           size, size};

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <memory>
 
+#include <c10/util/StringUtil.h>
+
 #include "data/image_codec.h"
 #include "ddp/data/image.h"
 #include "ddp/error.h"
@@ -24,10 +26,10 @@ namespace detail {
 namespace {
 
 [[noreturn]] void no_jpeg(const std::string& name) {
-  throw DataError(concat(name,
-                         ": a JPEG image, and this build has no JPEG decoder (DDP_WITH_JPEG=OFF, "
-                         "or libjpeg-turbo's TurboJPEG was not found): install libturbojpeg0-dev "
-                         "(Debian) and configure again"));
+  throw DataError(c10::str(name,
+                           ": a JPEG image, and this build has no JPEG decoder (DDP_WITH_JPEG=OFF, "
+                           "or libjpeg-turbo's TurboJPEG was not found): install libturbojpeg0-dev "
+                           "(Debian) and configure again"));
 }
 
 }  // namespace
@@ -60,7 +62,7 @@ Decompressor& thread_decompressor() {
   if (!handle) {
     handle.reset(tjInitDecompress());
     if (!handle) {
-      throw Error(concat("TurboJPEG cannot create a decompressor: ", tjGetErrorStr2(nullptr)));
+      throw Error(c10::str("TurboJPEG cannot create a decompressor: ", tjGetErrorStr2(nullptr)));
     }
   }
   return handle;
@@ -87,10 +89,10 @@ bool ran_off_the_end(const uint8_t* data, size_t size) {
 [[noreturn]] void fail(const std::string& name, size_t size, bool truncated, const char* stage,
                        const std::string& message) {
   if (truncated) {
-    throw DataError(concat(name, ": truncated JPEG: the file (", size, " bytes) ends before its ",
-                           stage, " does (libjpeg: ", message, ")"));
+    throw DataError(c10::str(name, ": truncated JPEG: the file (", size, " bytes) ends before its ",
+                             stage, " does (libjpeg: ", message, ")"));
   }
-  throw DataError(concat(name, ": corrupt JPEG (", stage, ": ", message, ")"));
+  throw DataError(c10::str(name, ": corrupt JPEG (", stage, ": ", message, ")"));
 }
 
 struct JpegHeader {

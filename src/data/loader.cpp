@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <c10/util/StringUtil.h>
 #include <c10/util/accumulate.h>
 
 #include "data/shape_text.h"
@@ -31,10 +32,10 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
     : source_(std::move(source)), options_(std::move(options)) {
   if (!source_) throw InvalidArgument("loader: no sample source");
   if (options_.batch_size() < 1) {
-    throw InvalidArgument(concat("batch size ", options_.batch_size(), " must be at least 1"));
+    throw InvalidArgument(c10::str("batch size ", options_.batch_size(), " must be at least 1"));
   }
   if (options_.threads() < 1) {
-    throw InvalidArgument(concat("loader threads ", options_.threads(), " must be at least 1"));
+    throw InvalidArgument(c10::str("loader threads ", options_.threads(), " must be at least 1"));
   }
   if (options_.prefetch() < 1) options_.prefetch(1);
   data_shape_ = source_->data_shape();
@@ -73,7 +74,7 @@ void Loader::start_epoch(std::vector<int64_t> indices, int64_t epoch, int64_t sk
   for (int64_t i : indices) {  // before anything changes: a refused epoch leaves the loader as is
     if (i < 0 || size_t(i) >= source_->size()) {
       throw InvalidArgument(
-          concat("loader: index ", i, " outside the data set of ", source_->size()));
+          c10::str("loader: index ", i, " outside the data set of ", source_->size()));
     }
   }
   stop();
@@ -130,10 +131,11 @@ torch::Tensor Loader::allocate(int64_t rows, c10::IntArrayRef row_shape, torch::
   } catch (const c10::Error& e) {
     const double megabytes =
         double(c10::multiply_integers(sizes)) * double(c10::elementSize(type)) / (1024.0 * 1024.0);
-    throw Error(concat("loader: cannot allocate a batch of ", c10::IntArrayRef(sizes), " (",
-                       megabytes, " MiB", options_.pin_memory() ? ", page-locked" : "", "; up to ",
-                       options_.prefetch(), " are made ahead): ", e.what_without_backtrace(),
-                       ". If memory is short, use a smaller batch or image size"));
+    throw Error(c10::str("loader: cannot allocate a batch of ", c10::IntArrayRef(sizes), " (",
+                         megabytes, " MiB", options_.pin_memory() ? ", page-locked" : "",
+                         "; up to ", options_.prefetch(),
+                         " are made ahead): ", e.what_without_backtrace(),
+                         ". If memory is short, use a smaller batch or image size"));
   }
 }
 
@@ -183,8 +185,8 @@ void Loader::make_row(Pending& pending, const SampleContext& context) const {
       const bool bad_file = dynamic_cast<const DataError*>(&e) || dynamic_cast<const IoError*>(&e);
       if (!bad_file || options_.on_bad_sample() == OnBadSample::kStop) throw;
       if (attempt + 1 >= kReplacementTries) {
-        throw DataError(concat(e.what(), " (and its ", kReplacementTries - 1,
-                               " replacements were bad too: stopping)"));
+        throw DataError(c10::str(e.what(), " (and its ", kReplacementTries - 1,
+                                 " replacements were bad too: stopping)"));
       }
       bad_samples_.fetch_add(1);
       {
@@ -205,7 +207,7 @@ void Loader::make_row(Pending& pending, const SampleContext& context) const {
 torch::Tensor Loader::copy_into(Pending& pending, const SampleContext& context) const {
   const Example example = source_->get(context);
   if (!example.data.defined() || !example.target.defined()) {
-    throw InvalidArgument(concat("sample ", context.index, " has no data or no target tensor"));
+    throw InvalidArgument(c10::str("sample ", context.index, " has no data or no target tensor"));
   }
   Batch& b = pending.batch;
   {
@@ -217,10 +219,10 @@ torch::Tensor Loader::copy_into(Pending& pending, const SampleContext& context) 
   }
   const torch::Tensor row = b.images[context.slot];
   if (row.sizes() != example.data.sizes() || row.scalar_type() != example.data.scalar_type()) {
-    throw InvalidArgument(concat("loader: sample ", context.index, " (row ", context.slot,
-                                 " of batch ", b.index, ") is ", shape_text(example.data),
-                                 ", another of its batch ", shape_text(row),
-                                 ": every sample of a batch needs the same shape and type"));
+    throw InvalidArgument(c10::str("loader: sample ", context.index, " (row ", context.slot,
+                                   " of batch ", b.index, ") is ", shape_text(example.data),
+                                   ", another of its batch ", shape_text(row),
+                                   ": every sample of a batch needs the same shape and type"));
   }
   row.copy_(example.data);
   return example.target;
@@ -236,9 +238,9 @@ void Loader::place_label(Pending& pending, int64_t slot, const torch::Tensor& ta
   }
   const torch::Tensor label = b.labels[slot];
   if (label.sizes() != target.sizes() || label.scalar_type() != target.scalar_type()) {
-    throw InvalidArgument(concat("loader: the target of sample ", b.samples[size_t(slot)], " is ",
-                                 shape_text(target), ", another of its batch ", shape_text(label),
-                                 ": every target needs the same shape and type"));
+    throw InvalidArgument(c10::str("loader: the target of sample ", b.samples[size_t(slot)], " is ",
+                                   shape_text(target), ", another of its batch ", shape_text(label),
+                                   ": every target needs the same shape and type"));
   }
   label.copy_(target);
 }
@@ -249,8 +251,8 @@ Batch Loader::make_batch(const std::vector<int64_t>& indices, int64_t epoch,
   const int64_t begin = batch_index * size;
   const int64_t end = std::min<int64_t>(begin + size, int64_t(indices.size()));
   if (batch_index < 0 || begin >= int64_t(indices.size())) {
-    throw InvalidArgument(concat("loader: batch ", batch_index, " of ", indices.size(),
-                                 " indices in batches of ", size, " does not exist"));
+    throw InvalidArgument(c10::str("loader: batch ", batch_index, " of ", indices.size(),
+                                   " indices in batches of ", size, " does not exist"));
   }
   Pending pending;
   pending.batch.index = batch_index;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <memory>
 
+#include <c10/util/StringUtil.h>
+
 #include "data/image_codec.h"
 #include "ddp/data/image.h"
 #include "ddp/error.h"
@@ -24,10 +26,10 @@ namespace detail {
 namespace {
 
 [[noreturn]] void no_png(const std::string& name) {
-  throw DataError(concat(name,
-                         ": a PNG image, and this build has no PNG decoder (DDP_WITH_PNG=OFF, or "
-                         "libspng was not found): install libspng-dev (Debian) and configure "
-                         "again"));
+  throw DataError(c10::str(name,
+                           ": a PNG image, and this build has no PNG decoder (DDP_WITH_PNG=OFF, or "
+                           "libspng was not found): install libspng-dev (Debian) and configure "
+                           "again"));
 }
 
 }  // namespace
@@ -60,27 +62,27 @@ using SpngContext = std::unique_ptr<spng_ctx, SpngFree>;
 
 [[noreturn]] void fail(int rc, size_t size, const std::string& name, const char* stage) {
   if (rc == SPNG_IO_EOF || rc == SPNG_EIO || rc == SPNG_EOF) {
-    throw DataError(concat(name, ": truncated PNG: the file (", size, " bytes) ends before its ",
-                           stage, " does"));
+    throw DataError(c10::str(name, ": truncated PNG: the file (", size, " bytes) ends before its ",
+                             stage, " does"));
   }
   if (rc == SPNG_ECHUNK_LIMITS) {
-    throw DataError(concat(name, ": PNG with an ancillary chunk larger than ", kMaxChunkBytes >> 20,
-                           " MiB decompressed (or ", kMaxChunkCacheBytes >> 20,
-                           " MiB in all): corrupt or hostile"));
+    throw DataError(c10::str(name, ": PNG with an ancillary chunk larger than ",
+                             kMaxChunkBytes >> 20, " MiB decompressed (or ",
+                             kMaxChunkCacheBytes >> 20, " MiB in all): corrupt or hostile"));
   }
-  throw DataError(concat(name, ": corrupt PNG (", stage, ": ", spng_strerror(rc), ")"));
+  throw DataError(c10::str(name, ": corrupt PNG (", stage, ": ", spng_strerror(rc), ")"));
 }
 
 // A decoder reading `data`, its header read and checked.
 SpngContext open_png(const uint8_t* data, size_t size, const std::string& name, spng_ihdr& ihdr) {
   SpngContext ctx(spng_ctx_new(0));
-  if (!ctx) throw Error(concat("libspng cannot create a decoder for ", name, " (out of memory)"));
+  if (!ctx) throw Error(c10::str("libspng cannot create a decoder for ", name, " (out of memory)"));
   int rc = spng_set_chunk_limits(ctx.get(), kMaxChunkBytes, kMaxChunkCacheBytes);
   // Every chunk's CRC is checked, ancillary ones too, as PIL does for those before the image data.
   // PIL does not check the image data's (IDAT) CRCs; a wrong one is an error here all the same.
   if (rc == 0) rc = spng_set_crc_action(ctx.get(), SPNG_CRC_ERROR, SPNG_CRC_ERROR);
   if (rc == 0) rc = spng_set_png_buffer(ctx.get(), data, size);
-  if (rc != 0) throw Error(concat("libspng cannot read ", name, ": ", spng_strerror(rc)));
+  if (rc != 0) throw Error(c10::str("libspng cannot read ", name, ": ", spng_strerror(rc)));
   rc = spng_get_ihdr(ctx.get(), &ihdr);
   if (rc != 0) fail(rc, size, name, "header");
   return ctx;
@@ -124,8 +126,8 @@ RgbImage decode_png(const uint8_t* data, size_t size, const std::string& name,
   int rc = spng_decoded_image_size(ctx.get(), format, &decoded_bytes);
   if (rc != 0) fail(rc, size, name, "header");
   if (decoded_bytes > image.pixels.size()) {
-    throw Error(concat("libspng wants ", decoded_bytes, " bytes for ", name, ", more than ",
-                       image.pixels.size()));  // an invariant: RGB8 or 16-bit gray
+    throw Error(c10::str("libspng wants ", decoded_bytes, " bytes for ", name, ", more than ",
+                         image.pixels.size()));  // an invariant: RGB8 or 16-bit gray
   }
   rc = spng_decode_image(ctx.get(), image.pixels.data(), decoded_bytes, format, 0);
   if (rc != 0) fail(rc, size, name, "image data");

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 
@@ -213,16 +215,16 @@ void check_arguments(const uint8_t* src, int width, int height, size_t stride, c
                      int out_width, int out_height, const uint8_t* out) {
   if (src == nullptr || out == nullptr || width < 1 || height < 1 || stride < size_t(width) * 3) {
     throw InvalidArgument(
-        concat("resize_bilinear: no image (", width, " x ", height, ", stride ", stride, ")"));
+        c10::str("resize_bilinear: no image (", width, " x ", height, ", stride ", stride, ")"));
   }
   if (out_width < 1 || out_height < 1) {
-    throw InvalidArgument(concat("resize_bilinear: output size ", out_width, " x ", out_height,
-                                 "; height and width must be > 0"));
+    throw InvalidArgument(c10::str("resize_bilinear: output size ", out_width, " x ", out_height,
+                                   "; height and width must be > 0"));
   }
   if (b[0] < 0 || b[1] < 0 || b[2] > width || b[3] > height || b[2] - b[0] < 0 || b[3] - b[1] < 0) {
-    throw InvalidArgument(concat("resize_bilinear: box (", b[0], ", ", b[1], ", ", b[2], ", ", b[3],
-                                 ") is not inside the ", width, " x ", height,
-                                 " image, or is upside down"));
+    throw InvalidArgument(c10::str("resize_bilinear: box (", b[0], ", ", b[1], ", ", b[2], ", ",
+                                   b[3], ") is not inside the ", width, " x ", height,
+                                   " image, or is upside down"));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "ddp/data/sample_source.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "data/shape_text.h"
 #include "ddp/error.h"
 
@@ -12,9 +14,9 @@ torch::Tensor SampleSource::write(const SampleContext& context, const torch::Ten
   if (!example.data.defined() || example.data.sizes() != row.sizes() ||
       example.data.scalar_type() != row.scalar_type()) {
     throw InvalidArgument(
-        concat("sample ", context.index, " has data ",
-               example.data.defined() ? shape_text(example.data) : std::string("(none)"),
-               " where its source's data_shape() says ", shape_text(row)));
+        c10::str("sample ", context.index, " has data ",
+                 example.data.defined() ? shape_text(example.data) : std::string("(none)"),
+                 " where its source's data_shape() says ", shape_text(row)));
   }
   row.copy_(example.data);
   return example.target;
@@ -25,9 +27,9 @@ DatasetSource::DatasetSource(const Dataset& dataset, TransformOptions transforms
   const size_t channels = size_t(dataset.shape().channels);
   const auto& t = transforms_;
   if (t.normalize() && (t.mean().size() != channels || t.std().size() != channels)) {
-    throw InvalidArgument(concat("normalisation needs ", channels,
-                                 " means and standard deviations, got ", t.mean().size(), " and ",
-                                 t.std().size()));
+    throw InvalidArgument(c10::str("normalisation needs ", channels,
+                                   " means and standard deviations, got ", t.mean().size(), " and ",
+                                   t.std().size()));
   }
   for (float s : t.std()) {
     if (!(s > 0)) throw InvalidArgument("normalisation standard deviations must be positive");

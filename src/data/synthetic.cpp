@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/atomic_file.h"
 #include "ddp/data/cifar10.h"
 #include "ddp/error.h"
@@ -26,7 +28,7 @@ class SampleMaker {
       : bytes_(image_bytes), signal_(options.signal()), rng_(options.seed()) {
     if (options.signal() <= 0 || options.signal() > 1) {
       throw InvalidArgument(
-          concat("synthetic data: signal ", options.signal(), " must be in (0, 1]"));
+          c10::str("synthetic data: signal ", options.signal(), " must be in (0, 1]"));
     }
     for (auto& proto : prototypes_) {
       proto.resize(bytes_);

@@ -11,8 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
+#include "message_text.h"
 
 namespace ddp {
 namespace {
@@ -35,7 +38,7 @@ CollectiveState state_from(const std::string& name, const std::string& where) {
   if (name == "issued") return CollectiveState::kIssued;
   if (name == "completed") return CollectiveState::kCompleted;
   if (name == "failed") return CollectiveState::kFailed;
-  throw DataError(concat(where, ": unknown collective state '", name, "'"));
+  throw DataError(c10::str(where, ": unknown collective state '", name, "'"));
 }
 
 json to_json_value(const CollectiveRecord& c) {
@@ -107,7 +110,7 @@ int64_t CollectiveRecord::numel() const {
   return n;
 }
 
-std::string CollectiveRecord::signature() const { return concat(op, " ", payload()); }
+std::string CollectiveRecord::signature() const { return c10::str(op, " ", payload()); }
 
 std::string CollectiveRecord::payload() const {
   std::string dims;
@@ -115,14 +118,14 @@ std::string CollectiveRecord::payload() const {
     if (i > 0) dims += 'x';
     dims += std::to_string(shape[i]);
   }
-  return concat(dtype, "[", dims, "]");
+  return c10::str(dtype, "[", dims, "]");
 }
 
 std::string CollectiveRecord::name() const {
   std::string where;
-  if (step >= 0) where = concat("step ", step);
-  if (bucket >= 0) where += concat(where.empty() ? "" : ", ", "bucket ", bucket);
-  return concat(op, " #", seq, where.empty() ? "" : concat(" (", where, ")"));
+  if (step >= 0) where = c10::str("step ", step);
+  if (bucket >= 0) where += c10::str(where.empty() ? "" : ", ", "bucket ", bucket);
+  return c10::str(op, " #", seq, where.empty() ? "" : c10::str(" (", where, ")"));
 }
 
 std::string to_json(const RankRecord& r) {
@@ -148,7 +151,7 @@ RankRecord rank_record_from_json(const std::string& text, const std::string& whe
   try {
     const json j = json::parse(text);
     if (j.value("format", "") != "ddp.cpp flight record 1")
-      throw DataError(concat(where, " is not a ddp.cpp flight record"));
+      throw DataError(c10::str(where, " is not a ddp.cpp flight record"));
     RankRecord r;
     r.identity.rank = j.at("rank").get<int>();
     r.identity.world_size = j.at("world_size").get<int>();
@@ -177,12 +180,12 @@ RankRecord rank_record_from_json(const std::string& text, const std::string& whe
     }
     return r;
   } catch (const json::exception& e) {
-    throw DataError(concat(where, " is not a readable flight record: ", e.what()));
+    throw DataError(c10::str(where, " is not a readable flight record: ", e.what()));
   }
 }
 
 std::string rank_record_path(const std::string& dir, int rank) {
-  return concat(dir, "/flight-rank-", rank, ".json");
+  return c10::str(dir, "/flight-rank-", rank, ".json");
 }
 
 FlightRecorder::FlightRecorder(RecorderIdentity identity, size_t capacity)

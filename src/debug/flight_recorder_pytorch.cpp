@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "checkpoint/pickle_format.h"
 #include "ddp/debug/flight_recorder.h"
 #include "ddp/error.h"
@@ -110,7 +112,7 @@ std::vector<char> to_pytorch_dump(const RankRecord& record) {
 }
 
 std::string pytorch_dump_path(const std::string& dir, int rank) {
-  return concat(dir, "/fr_trace_rank_", rank);
+  return c10::str(dir, "/fr_trace_rank_", rank);
 }
 
 }  // namespace ddp

@@ -11,7 +11,10 @@
 #include <map>
 #include <sstream>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
+#include "message_text.h"
 
 namespace ddp {
 namespace {
@@ -20,7 +23,7 @@ constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(concat("cannot read ", path, ": ", std::strerror(errno)));
+  if (!in) throw IoError(c10::str("cannot read ", path, ": ", std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -28,7 +31,7 @@ std::string read_whole_file(const std::string& path) {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += concat(i ? ", " : "", ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i) out += c10::str(i ? ", " : "", ranks[i]);
   return out;
 }
 
@@ -58,18 +61,18 @@ int64_t waited_us(const RankRecord& r, const CollectiveRecord& c) {
 }
 
 std::string rank_line(const RankRecord& r) {
-  std::string line = concat("rank ", r.identity.rank, " (", r.host, ", pid ", r.pid, "): ");
-  line += r.step >= 0 ? concat("at step ", r.step, ", ") : "";
-  line += concat(r.issued, " collective(s) issued");
+  std::string line = c10::str("rank ", r.identity.rank, " (", r.host, ", pid ", r.pid, "): ");
+  line += r.step >= 0 ? c10::str("at step ", r.step, ", ") : "";
+  line += c10::str(r.issued, " collective(s) issued");
   if (!r.collectives.empty()) {
     const CollectiveRecord& last = r.collectives.back();
-    line += concat("; the last, ", last.name(), " of ", last.payload(), ", ");
+    line += c10::str("; the last, ", last.name(), " of ", last.payload(), ", ");
     if (last.state == CollectiveState::kCompleted) line += "completed";
     if (last.state == CollectiveState::kFailed) line += "failed";
     if (last.state == CollectiveState::kIssued)
-      line += concat("in flight for ", seconds_text(waited_us(r, last)));
+      line += c10::str("in flight for ", seconds_text(waited_us(r, last)));
   }
-  return concat(line, "; record written on: ", first_line(r.reason));
+  return c10::str(line, "; record written on: ", first_line(r.reason));
 }
 
 // The verdict on collective `seq`, the first one some rank did not see complete.
@@ -95,9 +98,9 @@ void judge(const std::vector<RankRecord>& records, const std::vector<int>& missi
   }
   if (what == nullptr) return;
   if (signatures.size() > 1) {
-    std::string line = concat("the ranks disagree on collective #", seq, ":");
+    std::string line = c10::str("the ranks disagree on collective #", seq, ":");
     for (const auto& [signature, ranks] : signatures)
-      line += concat(" ", rank_list(ranks), " issued ", signature, ";");
+      line += c10::str(" ", rank_list(ranks), " issued ", signature, ";");
     d.lines.push_back(line + " every rank must issue the same collectives in the same order");
     for (const auto& entry : signatures) {
       if (entry.second.size() < records.size() / 2 + 1)
@@ -106,20 +109,20 @@ void judge(const std::vector<RankRecord>& records, const std::vector<int>& missi
     return;
   }
   const std::string waited =
-      concat(rank_list(waiting), " waited ", seconds_text(longest_wait), " in it");
+      c10::str(rank_list(waiting), " waited ", seconds_text(longest_wait), " in it");
   if (!never_started.empty()) {
-    d.lines.push_back(concat(rank_list(never_started), " never started ", what->name(), " of ",
-                             what->payload(), "; ", waited));
+    d.lines.push_back(c10::str(rank_list(never_started), " never started ", what->name(), " of ",
+                               what->payload(), "; ", waited));
     d.culprits = never_started;
   } else if (!missing.empty()) {
-    d.lines.push_back(concat(rank_list(missing), " left no record and ", what->name(),
-                             " never completed; ", waited,
-                             ": the missing rank(s) died or were killed (SIGKILL) first"));
+    d.lines.push_back(c10::str(rank_list(missing), " left no record and ", what->name(),
+                               " never completed; ", waited,
+                               ": the missing rank(s) died or were killed (SIGKILL) first"));
     d.culprits = missing;
   } else {
-    d.lines.push_back(concat("every rank started ", what->name(), " of ", what->payload(),
-                             " and it never completed (", waited,
-                             "): no rank is missing from it; suspect the network or the backend"));
+    d.lines.push_back(c10::str(
+        "every rank started ", what->name(), " of ", what->payload(), " and it never completed (",
+        waited, "): no rank is missing from it; suspect the network or the backend"));
   }
 }
 
@@ -128,7 +131,7 @@ void judge(const std::vector<RankRecord>& records, const std::vector<int>& missi
 std::vector<RankRecord> read_rank_records(const std::string& dir, int64_t since_us) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) {
-    throw IoError(concat("cannot read the debug directory ", dir, ": ", std::strerror(errno)));
+    throw IoError(c10::str("cannot read the debug directory ", dir, ": ", std::strerror(errno)));
   }
   std::vector<RankRecord> all;
   while (const dirent* entry = ::readdir(d)) {
@@ -136,15 +139,15 @@ std::vector<RankRecord> read_rank_records(const std::string& dir, int64_t since_
     if (name.rfind("flight-rank-", 0) != 0 || name.size() < 5 ||
         name.compare(name.size() - 5, 5, ".json") != 0)
       continue;
-    const std::string path = concat(dir, "/", name);
+    const std::string path = c10::str(dir, "/", name);
     RankRecord record = rank_record_from_json(read_whole_file(path), path);
     if (record.written_us >= since_us) all.push_back(std::move(record));
   }
   ::closedir(d);
   if (all.empty()) {
-    throw IoError(concat("no flight records (flight-rank-N.json) in ", dir,
-                         "; they are written there when a job run with this debug directory "
-                         "fails, times out or is stopped with SIGTERM"));
+    throw IoError(c10::str("no flight records (flight-rank-N.json) in ", dir,
+                           "; they are written there when a job run with this debug directory "
+                           "fails, times out or is stopped with SIGTERM"));
   }
   // The job that wrote last: a directory reused across runs keeps older jobs' files.
   const auto newest = std::max_element(all.begin(), all.end(), [](const auto& a, const auto& b) {
@@ -178,13 +181,13 @@ HangDiagnosis diagnose_hang(const std::vector<RankRecord>& records) {
     d.lines.push_back(
         missing.empty()
             ? "no rank was waiting in a collective: the job did not hang in one"
-            : concat(rank_list(missing),
-                     " left no record (died, or was killed with SIGKILL); no other rank was "
-                     "waiting in a collective"));
+            : c10::str(rank_list(missing),
+                       " left no record (died, or was killed with SIGKILL); no other rank was "
+                       "waiting in a collective"));
     if (!missing.empty()) d.culprits = missing;
   }
   for (const RankRecord& r : records) d.lines.push_back(rank_line(r));
-  for (int rank : missing) d.lines.push_back(concat("rank ", rank, ": no record"));
+  for (int rank : missing) d.lines.push_back(c10::str("rank ", rank, ": no record"));
   return d;
 }
 

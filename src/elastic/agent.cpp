@@ -12,6 +12,8 @@
 #include <thread>
 #include <variant>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/debug/flight_recorder.h"
 #include "ddp/debug/hang_analysis.h"
 #include "ddp/environment.h"
@@ -32,7 +34,7 @@ std::chrono::milliseconds ms(double seconds) {
 std::string node_name() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  return concat(host, ":", ::getpid());
+  return c10::str(host, ":", ::getpid());
 }
 
 std::string clock_text() {
@@ -67,7 +69,7 @@ class MembershipLog {
                  "%s: [%s] round %lld: %zu node(s), world size %d%s; this node is node %d, "
                  "ranks %d-%d%s%s\n",
                  o_.name().c_str(), clock_text().c_str(), (long long)r.number, r.nodes.size(),
-                 world, world_ == 0 ? "" : concat(" (was ", world_, ")").c_str(), r.node_rank,
+                 world, world_ == 0 ? "" : c10::str(" (was ", world_, ")").c_str(), r.node_rank,
                  first, first + o_.nproc_per_node() - 1, r.cause.empty() ? "" : "; because ",
                  r.cause.c_str());
     if (!o_.log_dir().empty()) {
@@ -102,13 +104,13 @@ WatchResult run_round(const LaunchOptions& o, const Round& round, ElasticRendezv
   const auto [host, port] = parse_endpoint(o.rdzv_endpoint());
   per_round.master_addr(host);
   std::vector<std::string> environment = {
-      concat(env::kUseAgentStore, "=True"),
-      concat(env::kStorePrefix, "=", rdzv.worker_prefix(round))};
-  if (round.newcomer) environment.push_back(concat(env::kNewcomer, "=1"));
+      c10::str(env::kUseAgentStore, "=True"),
+      c10::str(env::kStorePrefix, "=", rdzv.worker_prefix(round))};
+  if (round.newcomer) environment.push_back(c10::str(env::kNewcomer, "=1"));
   // Where rank 0 keeps the job's progress (each round under its number) and why this round
   // began: the next round's rank 0 says what the change lost (job_progress.h).
-  environment.push_back(concat(env::kProgressKey, "=", rdzv.progress_key()));
-  if (!round.cause.empty()) environment.push_back(concat(env::kRoundCause, "=", round.cause));
+  environment.push_back(c10::str(env::kProgressKey, "=", rdzv.progress_key()));
+  if (!round.cause.empty()) environment.push_back(c10::str(env::kRoundCause, "=", round.cause));
   workers = std::make_unique<WorkerSet>(per_round, port, int(round.number - 1), "", cpu_shares,
                                         environment);
   workers->start();
@@ -159,7 +161,7 @@ std::variant<std::string, int> after_failure(const LaunchOptions& o, ElasticRend
                                              const Round& round, const Worker& w,
                                              const std::string& node, int& failures,
                                              const std::function<bool()>& stopped) {
-  std::string cause = concat("node ", node, ": rank ", w.rank, " ", describe_exit(w.status));
+  std::string cause = c10::str("node ", node, ": rank ", w.rank, " ", describe_exit(w.status));
   if (exited_with(w.status, kExitPeerFailure)) {
     const RoundStatus found = peer_failure_cause(o, rdzv, round);
     if (found.kind == RoundStatus::kClosed) {
@@ -172,7 +174,7 @@ std::variant<std::string, int> after_failure(const LaunchOptions& o, ElasticRend
   if (++failures > o.max_restarts()) {
     std::fprintf(stderr, "%s: no restarts left (--max-restarts %d): the job ends on every node\n",
                  o.name().c_str(), o.max_restarts());
-    rdzv.close(concat(cause, "; no restarts left (", o.max_restarts(), ")"));
+    rdzv.close(c10::str(cause, "; no restarts left (", o.max_restarts(), ")"));
     rdzv.depart(round, stopped);
     return 1;
   }
@@ -247,12 +249,12 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
     char* end = nullptr;
     const long p = std::strtol(text.c_str(), &end, 10);
     if (text.empty() || *end != '\0' || p < 1 || p > 65535) {
-      throw InvalidArgument(concat("rdzv_endpoint '", endpoint, "': the port '", text,
-                                   "' is not a number in [1, 65535]; use HOST:PORT"));
+      throw InvalidArgument(c10::str("rdzv_endpoint '", endpoint, "': the port '", text,
+                                     "' is not a number in [1, 65535]; use HOST:PORT"));
     }
     port = int(p);
   }
-  if (host.empty()) throw InvalidArgument(concat("rdzv_endpoint '", endpoint, "' has no host"));
+  if (host.empty()) throw InvalidArgument(c10::str("rdzv_endpoint '", endpoint, "' has no host"));
   return {host, port};
 }
 
@@ -287,7 +289,7 @@ int launch_elastic(const LaunchOptions& o, const StopSignals& stop,
       std::fprintf(stderr, "%s: received %s, stopping all workers\n", o.name().c_str(),
                    signal_name(sig).c_str());
       workers->stop(o.grace_seconds());
-      rdzv.leave(concat("node ", node, " was stopped (", signal_name(sig), ")"));
+      rdzv.leave(c10::str("node ", node, " was stopped (", signal_name(sig), ")"));
       return 128 + sig;
     }
     if (result == WatchResult::kInterrupted) {

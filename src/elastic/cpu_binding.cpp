@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 
@@ -17,7 +19,7 @@ std::vector<int> allowed_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) != 0) {
-    throw Error(concat("cannot read this process's CPU affinity: ", std::strerror(errno)));
+    throw Error(c10::str("cannot read this process's CPU affinity: ", std::strerror(errno)));
   }
   std::vector<int> cpus;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
@@ -29,7 +31,7 @@ std::vector<int> allowed_cpus() {
 std::vector<int> cpu_share(const std::vector<int>& cpus, int nproc, int local_rank) {
   if (cpus.empty()) throw InvalidArgument("cpu_share: no CPUs to share");
   if (nproc < 1 || local_rank < 0 || local_rank >= nproc) {
-    throw InvalidArgument(concat("cpu_share: local rank ", local_rank, " of ", nproc));
+    throw InvalidArgument(c10::str("cpu_share: local rank ", local_rank, " of ", nproc));
   }
   const auto n = int64_t(cpus.size());
   const int64_t begin = local_rank * n / nproc;
@@ -50,7 +52,7 @@ std::string cpu_list_text(const std::vector<int>& cpus) {
     while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
     if (!text.empty()) text += ',';
     text += std::to_string(cpus[i]);
-    if (j > i) text += concat("-", cpus[j]);
+    if (j > i) text += c10::str("-", cpus[j]);
     i = j + 1;
   }
   return text;

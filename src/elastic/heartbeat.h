@@ -11,8 +11,11 @@
 #include <string>
 #include <thread>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "elastic/rendezvous.h"
+#include "message_text.h"
 #include "process_group/tcp_store.h"
 
 namespace ddp {
@@ -83,8 +86,9 @@ class Heartbeat {
       lock.lock();
       failures = error.empty() ? 0 : failures + 1;
       if (failures >= s_.keep_alive_max_attempt && lost_.empty()) {
-        lost_ = concat("the rendezvous store at ", s_.host, ":", s_.port, " has not answered for ",
-                       failures, " heartbeats (", first_line(error), ")");
+        lost_ =
+            c10::str("the rendezvous store at ", s_.host, ":", s_.port, " has not answered for ",
+                     failures, " heartbeats (", first_line(error), ")");
       }
       wake_.wait_for(lock, s_.keep_alive, [this] { return stopping_; });
     }

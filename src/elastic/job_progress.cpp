@@ -7,8 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/debug/flight_recorder.h"  // unix_microseconds
 #include "ddp/error.h"
+#include "launcher_handshake.h"
+#include "message_text.h"
 #include "process_group/store_text.h"
 #include "process_group/tcp_store.h"
 
@@ -24,7 +28,7 @@ constexpr std::chrono::milliseconds kSendInterval(100);
 
 // One round's record, under a key of its own: a late write from an old round (a node cut off
 // whose link comes back) can never overwrite a newer round's.
-std::string key_of(const std::string& base, int64_t round) { return concat(base, "/", round); }
+std::string key_of(const std::string& base, int64_t round) { return c10::str(base, "/", round); }
 
 // Throws on a record that is not one (another version's, say): the caller gives up on progress.
 std::optional<ProgressRecord> parse(const std::string& text) {
@@ -79,8 +83,15 @@ struct JobProgress::Sender {
   }
 };
 
+std::optional<std::string> JobProgress::round_cause(const WorldInfo& world) {
+  const LauncherHandshake& launcher = handshake_of(world);
+  if (launcher.progress_key.empty()) return std::nullopt;
+  return launcher.round_cause;
+}
+
 std::unique_ptr<JobProgress> JobProgress::from_environment(const WorldInfo& world) {
-  if (world.rank != 0 || world.progress_key.empty() || !world.agent_store) return nullptr;
+  const LauncherHandshake& launcher = handshake_of(world);
+  if (world.rank != 0 || launcher.progress_key.empty() || !world.agent_store) return nullptr;
   auto sender = std::make_unique<Sender>();
   std::optional<ProgressRecord> previous;
   try {
@@ -88,7 +99,7 @@ std::unique_ptr<JobProgress> JobProgress::from_environment(const WorldInfo& worl
     // The round before, or the last before it that got to start (one that was over before its
     // rank 0 began published nothing, and lost nothing of its own).
     for (int64_t round = world.restart_count - 1; round >= 0 && !previous; --round) {
-      previous = parse(text_at(*sender->store, key_of(world.progress_key, round)));
+      previous = parse(text_at(*sender->store, key_of(launcher.progress_key, round)));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr,
@@ -97,12 +108,12 @@ std::unique_ptr<JobProgress> JobProgress::from_environment(const WorldInfo& worl
                  world.master_addr.c_str(), world.master_port, first_line(e.what()).c_str());
     return nullptr;
   }
-  sender->key = key_of(world.progress_key, world.restart_count);
+  sender->key = key_of(launcher.progress_key, world.restart_count);
   sender->record.round = world.restart_count;
   sender->record.world_size = world.world_size;
   sender->thread = std::thread([s = sender.get()] { s->run(); });
   return std::unique_ptr<JobProgress>(
-      new JobProgress(std::move(sender), std::move(previous), world.round_cause));
+      new JobProgress(std::move(sender), std::move(previous), launcher.round_cause));
 }
 
 JobProgress::JobProgress(std::unique_ptr<Sender> sender, std::optional<ProgressRecord> previous,

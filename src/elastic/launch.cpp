@@ -10,6 +10,8 @@
 #include <cstring>
 #include <optional>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/atomic_file.h"
 #include "ddp/debug/flight_recorder.h"
 #include "ddp/debug/hang_analysis.h"
@@ -47,17 +49,17 @@ void validate_elastic(const LaunchOptions& o) {
   }
   if (o.rdzv_backend() != "c10d") {
     throw InvalidArgument(
-        concat("rdzv_backend '", o.rdzv_backend(), "' is not known; use static or c10d"));
+        c10::str("rdzv_backend '", o.rdzv_backend(), "' is not known; use static or c10d"));
   }
   if (o.rdzv_endpoint().empty())
     throw InvalidArgument("the c10d rendezvous needs rdzv_endpoint HOST:PORT");
   parse_endpoint(o.rdzv_endpoint());
   if (o.min_nodes() > o.nnodes()) {
-    throw InvalidArgument(concat("nnodes ", o.min_nodes(), ":", o.nnodes(), ": MIN ", o.min_nodes(),
-                                 " is more than MAX ", o.nnodes()));
+    throw InvalidArgument(c10::str("nnodes ", o.min_nodes(), ":", o.nnodes(), ": MIN ",
+                                   o.min_nodes(), " is more than MAX ", o.nnodes()));
   }
   if (o.rdzv_id().empty() || o.rdzv_id().find_first_of(" \t\n/") != std::string::npos)
-    throw InvalidArgument(concat("rdzv_id '", o.rdzv_id(), "' must be a word (no spaces or /)"));
+    throw InvalidArgument(c10::str("rdzv_id '", o.rdzv_id(), "' must be a word (no spaces or /)"));
   if (!(o.join_timeout() > 0) || !(o.last_call() >= 0) || !(o.keep_alive() > 0) ||
       o.keep_alive_max_attempt() < 1 || !(o.monitor_interval() > 0)) {
     throw InvalidArgument(
@@ -75,7 +77,7 @@ void validate(const LaunchOptions& o) {
   validate_elastic(o);
   if (o.on_failure() != "restart" && o.on_failure() != "continue") {
     throw InvalidArgument(
-        concat("on_failure '", o.on_failure(), "' is neither restart nor continue"));
+        c10::str("on_failure '", o.on_failure(), "' is neither restart nor continue"));
   }
   if (o.on_failure() == "continue" && o.rdzv_backend() != "c10d" && o.nnodes() > 1) {
     throw InvalidArgument(
@@ -85,7 +87,7 @@ void validate(const LaunchOptions& o) {
   if (o.rdzv_backend() == "c10d") return;  // node_rank and the master come from the rendezvous
   if (o.node_rank() < 0 || o.node_rank() >= o.nnodes()) {
     throw InvalidArgument(
-        concat("node_rank ", o.node_rank(), " is not in [0, nnodes) = [0, ", o.nnodes(), ")"));
+        c10::str("node_rank ", o.node_rank(), " is not in [0, nnodes) = [0, ", o.nnodes(), ")"));
   }
   if (o.nnodes() > 1 && o.master_port() == 0) {
     throw InvalidArgument("master_port is required with nnodes > 1 (every node must use the same)");
@@ -104,7 +106,7 @@ std::vector<std::vector<int>> bind_cpus(const LaunchOptions& o) {
   std::string text;
   for (int r = 0; r < o.nproc_per_node(); ++r) {
     shares.push_back(cpu_share(cpus, o.nproc_per_node(), r));
-    text += concat(r == 0 ? "" : ", ", r, ": ", cpu_list_text(shares.back()));
+    text += c10::str(r == 0 ? "" : ", ", r, ": ", cpu_list_text(shares.back()));
   }
   std::fprintf(stderr, "%s: CPUs of each local rank (cpu_bind cores): %s\n", o.name().c_str(),
                text.c_str());
@@ -138,7 +140,7 @@ std::string signal_name(int sig) {
     case SIGQUIT:
       return "SIGQUIT";
     default:
-      return concat("signal ", sig);
+      return c10::str("signal ", sig);
   }
 }
 
@@ -163,7 +165,7 @@ int launch(const LaunchOptions& given) {
   std::optional<TempDirectory> store_dir;
   if (options.nnodes() == 1) store_dir.emplace("ddp-launch-");
   for (int restart = 0;; ++restart) {
-    const std::string store_file = store_dir ? concat(store_dir->path(), "/store-", restart) : "";
+    const std::string store_file = store_dir ? c10::str(store_dir->path(), "/store-", restart) : "";
     WorkerSet workers(options, port, restart, store_file, cpu_shares);
     const int64_t started_us = unix_microseconds();
     workers.start();

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 
@@ -40,9 +42,9 @@ int StopSignals::received() const { return g_stop_signal; }
 
 TempDirectory::TempDirectory(const std::string& prefix) {
   const char* tmp = std::getenv(env::kTmpDir);
-  std::string name = concat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "XXXXXX");
+  std::string name = c10::str(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "XXXXXX");
   if (::mkdtemp(name.data()) == nullptr) {
-    throw IoError(concat("cannot create a directory like ", name, ": ", std::strerror(errno)));
+    throw IoError(c10::str("cannot create a directory like ", name, ": ", std::strerror(errno)));
   }
   path_ = std::move(name);
 }

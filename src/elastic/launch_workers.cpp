@@ -18,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 
@@ -36,7 +38,7 @@ struct Pipe {
 Pipe make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0)
-    throw Error(concat("cannot create a pipe: ", std::strerror(errno)));
+    throw Error(c10::str("cannot create a pipe: ", std::strerror(errno)));
   return {UniqueFd(fds[0]), UniqueFd(fds[1])};
 }
 
@@ -103,9 +105,9 @@ bool reap(Worker& w, bool block) {
 std::string describe_exit(int status) {
   if (WIFSIGNALED(status)) return "was killed by " + signal_name(WTERMSIG(status));
   if (exited_with(status, kExitPeerFailure))
-    return concat("exited with code ", kExitPeerFailure,
-                  " (it lost a peer: another rank exited or stopped answering)");
-  return concat("exited with code ", WEXITSTATUS(status));
+    return c10::str("exited with code ", kExitPeerFailure,
+                    " (it lost a peer: another rank exited or stopped answering)");
+  return c10::str("exited with code ", WEXITSTATUS(status));
 }
 
 // The failed worker, how it ended and its last words, after the others were stopped.
@@ -146,10 +148,10 @@ void WorkerSet::start() {
     w.local_rank = i;
     w.rank = o_.node_rank() * o_.nproc_per_node() + i;
     if (!o_.log_dir().empty()) {
-      const std::string path = concat(o_.log_dir(), "/rank_", w.rank, ".log");
+      const std::string path = c10::str(o_.log_dir(), "/rank_", w.rank, ".log");
       w.log =
           std::make_unique<std::ofstream>(path, restart_ == 0 ? std::ios::trunc : std::ios::app);
-      if (!*w.log) throw IoError(concat("log_dir: cannot write ", path));
+      if (!*w.log) throw IoError(c10::str("log_dir: cannot write ", path));
     }
     spawn(w);
   }
@@ -158,7 +160,7 @@ void WorkerSet::start() {
 std::vector<std::string> WorkerSet::environment(const Worker& w) const {
   std::vector<std::string> vars = inherited_environment();
   auto set = [&vars](const char* name, const auto& value) {
-    vars.push_back(concat(name, "=", value));
+    vars.push_back(c10::str(name, "=", value));
   };
   set(env::kRank, w.rank);
   set(env::kWorldSize, o_.nnodes() * o_.nproc_per_node());
@@ -192,7 +194,7 @@ void WorkerSet::spawn(Worker& w) {
   }
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw Error(concat("cannot start a worker: fork failed: ", std::strerror(errno)));
+  if (pid < 0) throw Error(c10::str("cannot start a worker: fork failed: ", std::strerror(errno)));
   if (pid == 0) {
     become_worker(launcher, out, err, cpu_shares_.empty() ? nullptr : &cpus, argv.data(),
                   envp.data());
@@ -326,8 +328,8 @@ bool WorkerSet::carry_on_without(Worker& w) {
   const bool replace = replacements_ < o_.max_restarts();
   std::fprintf(stderr, "%s: rank %d (local rank %d, pid %d) %s; the job goes on without it%s\n",
                o_.name().c_str(), w.rank, w.local_rank, int(w.pid), describe_exit(w.status).c_str(),
-               replace ? concat(", and a newcomer replaces it (restart ", replacements_ + 1, " of ",
-                                o_.max_restarts(), ")")
+               replace ? c10::str(", and a newcomer replaces it (restart ", replacements_ + 1,
+                                  " of ", o_.max_restarts(), ")")
                              .c_str()
                        : "");
   for (const auto& line : w.stderr_tail) std::fprintf(stderr, "    %s\n", line.c_str());
@@ -375,7 +377,7 @@ std::vector<const Worker*> WorkerSet::frozen() const {
   for (const Worker& w : workers_) {
     if (!w.running) continue;
     // /proc/PID/stat: "PID (comm) S ...", the state after the last ')' (comm may hold one).
-    std::ifstream in(concat("/proc/", int(w.pid), "/stat"));
+    std::ifstream in(c10::str("/proc/", int(w.pid), "/stat"));
     std::string stat((std::istreambuf_iterator<char>(in)), {});
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && close + 2 < stat.size() &&

@@ -8,10 +8,12 @@
 #include <thread>
 
 #include <c10/util/Logging.h>
+#include <c10/util/StringUtil.h>
 
 #include "ddp/error.h"
 #include "elastic/heartbeat.h"
 #include "elastic/state.h"
+#include "message_text.h"
 #include "process_group/rendezvous_wait.h"
 #include "process_group/store_text.h"
 #include "process_group/tcp_store.h"
@@ -68,10 +70,10 @@ struct ElasticRendezvous::Impl {
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& e) {
-      throw DistributedError(
-          concat("lost the rendezvous store at ", s.host, ":", s.port, " (",
-                 first_line(e.what_without_backtrace()), "); the agent started on ", s.host,
-                 " hosts it: when that node is gone, the job cannot go on without a new endpoint"));
+      throw DistributedError(c10::str(
+          "lost the rendezvous store at ", s.host, ":", s.port, " (",
+          first_line(e.what_without_backtrace()), "); the agent started on ", s.host,
+          " hosts it: when that node is gone, the job cannot go on without a new endpoint"));
     }
   }
   std::string waiting_text(const RendezvousState& s, Clock::time_point deadline) const;
@@ -84,7 +86,7 @@ struct ElasticRendezvous::Impl {
 constexpr char kAgentsKey[] = "rdzv_agents";
 
 void ElasticRendezvous::Impl::register_agent(bool present) {
-  const std::string line = concat(s.run_id, " ", node, "\n");
+  const std::string line = c10::str(s.run_id, " ", node, "\n");
   while (true) {
     const std::string old = text_at(*server, kAgentsKey);
     std::string next = old;
@@ -101,7 +103,7 @@ size_t ElasticRendezvous::Impl::other_live_agents() {
   std::istringstream in(text_at(*server, kAgentsKey));
   size_t live = 0;
   for (std::string id, name; in >> id >> name;) {
-    if (id != s.run_id && !liveness.dead(*server, concat("rdzv/", id, "/hb/", name))) ++live;
+    if (id != s.run_id && !liveness.dead(*server, c10::str("rdzv/", id, "/hb/", name))) ++live;
   }
   return live;
 }
@@ -128,14 +130,14 @@ void ElasticRendezvous::Impl::connect() {
                        s.name.c_str(), s.host.c_str(), s.port, waited, left);
         });
     if (!up) {
-      throw TimeoutError(concat("the rendezvous endpoint ", s.host, ":", s.port,
-                                " did not answer within ", s.join_timeout.count() / 1000.0,
-                                " s; start the agent on that host, or check --rdzv-endpoint"));
+      throw TimeoutError(c10::str("the rendezvous endpoint ", s.host, ":", s.port,
+                                  " did not answer within ", s.join_timeout.count() / 1000.0,
+                                  " s; start the agent on that host, or check --rdzv-endpoint"));
     }
     server = store_client(s.host, s.port, op_timeout);
   }
-  store = c10::make_intrusive<c10d::PrefixStore>(concat("rdzv/", s.run_id), server);
-  heartbeat = std::make_unique<Heartbeat>(s, concat("rdzv/", s.run_id, "/hb/", node));
+  store = c10::make_intrusive<c10d::PrefixStore>(c10::str("rdzv/", s.run_id), server);
+  heartbeat = std::make_unique<Heartbeat>(s, c10::str("rdzv/", s.run_id, "/hb/", node));
   register_agent(true);
 }
 
@@ -220,7 +222,7 @@ Round ElasticRendezvous::Impl::round_of(const RendezvousState& st) const {
 
 std::string ElasticRendezvous::Impl::waiting_text(const RendezvousState& st,
                                                   Clock::time_point deadline) const {
-  return concat(
+  return c10::str(
       st.participants.size(), " node(s) present of min ", s.min_nodes, " (max ", s.max_nodes,
       "): ", st.participants.empty() ? "none" : join_words(st.participants, ", "),
       st.complete ? "; a round is running, this node waits for the next" : "", "; ",
@@ -259,7 +261,7 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         over.job_finished = true;
         return over;
       }
-      if (!st.closed.empty()) throw Error(concat("the job is over: ", st.closed));
+      if (!st.closed.empty()) throw Error(c10::str("the job is over: ", st.closed));
       RendezvousState next = st;
       m.drop_dead(next);
       // A round formed after `after` with this node in it: this node's.
@@ -267,7 +269,7 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
         return next.complete && next.round > after && is_listed(next.participants, m.node);
       };
       if (mine()) return m.round_of(next);
-      const bool ending = m.store->add(concat("round_", next.round, "/finished"), 0) > 0;
+      const bool ending = m.store->add(c10::str("round_", next.round, "/finished"), 0) > 0;
       if (next.complete && join_running && !ending &&
           int(next.participants.size()) < m.s.max_nodes) {
         next.participants.push_back(m.node);  // into the running round, as a newcomer
@@ -288,10 +290,10 @@ Round ElasticRendezvous::join(int64_t after, const std::function<bool()>& stoppe
       if (Clock::now() >= deadline) {
         const std::string present = m.waiting_text(next, deadline);
         leave("");
-        throw TimeoutError(concat("the rendezvous of job '", m.s.run_id, "' at ", m.s.host, ":",
-                                  m.s.port, " did not form within ",
-                                  m.s.join_timeout.count() / 1000.0, " s: ", present,
-                                  "; start the missing nodes, or lower --nnodes MIN"));
+        throw TimeoutError(c10::str("the rendezvous of job '", m.s.run_id, "' at ", m.s.host, ":",
+                                    m.s.port, " did not form within ",
+                                    m.s.join_timeout.count() / 1000.0, " s: ", present,
+                                    "; start the missing nodes, or lower --nnodes MIN"));
       }
       if (Clock::now() >= next_report) {
         std::fprintf(stderr, "%s: waiting for the nodes of job '%s': %s\n", m.s.name.c_str(),
@@ -309,17 +311,17 @@ RoundStatus ElasticRendezvous::check(const Round& round) {
     const RendezvousState st = m.read().second;
     if (!st.closed.empty()) return {RoundStatus::kClosed, st.closed};
     if (st.round != round.number) return {RoundStatus::kNewRound, st.cause};
-    const bool ending = m.store->add(concat("round_", round.number, "/finished"), 0) > 0;
+    const bool ending = m.store->add(c10::str("round_", round.number, "/finished"), 0) > 0;
     // A waiting node is taken in while the round has room (else it is a spare, as in torchrun).
     if (!st.waiting.empty() && !ending && int(round.nodes.size()) < m.s.max_nodes) {
       return {RoundStatus::kNodesWaiting,
-              concat("node(s) ", join_words(st.waiting, ", "), " asked to join")};
+              c10::str("node(s) ", join_words(st.waiting, ", "), " asked to join")};
     }
     for (const std::string& n : round.nodes) {
       if (n != m.node && m.liveness.dead(*m.store, "hb/" + n)) {
         return {RoundStatus::kNodeLost,
-                concat("node ", n, " stopped answering (no heartbeat for ",
-                       (m.s.keep_alive * m.s.keep_alive_max_attempt).count() / 1000.0, " s)")};
+                c10::str("node ", n, " stopped answering (no heartbeat for ",
+                         (m.s.keep_alive * m.s.keep_alive_max_attempt).count() / 1000.0, " s)")};
       }
     }
     return {};
@@ -343,7 +345,7 @@ void ElasticRendezvous::leave(const std::string& cause) {
       if (!st.closed.empty()) return false;
       unlist(st.waiting, m.node);
       if (st.complete && is_listed(st.participants, m.node)) {
-        m.begin_next_round(st, cause.empty() ? concat("node ", m.node, " left") : cause);
+        m.begin_next_round(st, cause.empty() ? c10::str("node ", m.node, " left") : cause);
         unlist(st.expected, m.node);
       } else if (!st.complete) {
         unlist(st.participants, m.node);
@@ -357,7 +359,7 @@ void ElasticRendezvous::leave(const std::string& cause) {
 RoundStatus ElasticRendezvous::finish(const Round& round, const std::function<bool()>& stopped) {
   return impl_->guarded([&]() -> RoundStatus {
     Impl& m = *impl_;
-    const int64_t finished = m.store->add(concat("round_", round.number, "/finished"), 1);
+    const int64_t finished = m.store->add(c10::str("round_", round.number, "/finished"), 1);
     if (finished >= int64_t(round.nodes.size())) close(kFinished);
     while (!stopped()) {
       const RoundStatus status = check(round);
@@ -394,9 +396,9 @@ RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeed
                                                 const std::function<bool()>& stopped) {
   return impl_->guarded([&]() -> RoundStatus {
     Impl& m = *impl_;
-    const std::string done = concat("round_", round.number, "/done/");
+    const std::string done = c10::str("round_", round.number, "/done/");
     m.store->set(done + m.node, bytes(succeeded ? "ok" : "failed"));
-    m.store->add(concat("round_", round.number, "/finished"), 1);  // no newcomer joins now
+    m.store->add(c10::str("round_", round.number, "/finished"), 1);  // no newcomer joins now
     while (!stopped()) {
       const RendezvousState st = m.read().second;
       if (!st.closed.empty()) return RoundStatus{RoundStatus::kClosed, st.closed};
@@ -416,7 +418,7 @@ RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeed
 void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& stopped) {
   return impl_->guarded([&] {
     Impl& m = *impl_;
-    const std::string gone = concat("round_", round.number, "/gone/");
+    const std::string gone = c10::str("round_", round.number, "/gone/");
     m.register_agent(false);
     m.store->set(gone + m.node, bytes("1"));  // this node's last use of the store
     // A node still to read that the job is over: one of the round's, or a newcomer that joined
@@ -468,11 +470,11 @@ void ElasticRendezvous::close(const std::string& cause) {
 std::string ElasticRendezvous::lost_store() const { return impl_->heartbeat->lost(); }
 
 std::string ElasticRendezvous::worker_prefix(const Round& round) const {
-  return concat("rdzv/", impl_->s.run_id, "/round_", round.number, "/workers");
+  return c10::str("rdzv/", impl_->s.run_id, "/round_", round.number, "/workers");
 }
 
 std::string ElasticRendezvous::progress_key() const {
-  return concat("rdzv/", impl_->s.run_id, "/progress");
+  return c10::str("rdzv/", impl_->s.run_id, "/progress");
 }
 
 }  // namespace ddp

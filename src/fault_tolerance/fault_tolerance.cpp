@@ -7,12 +7,15 @@
 #include <optional>
 #include <thread>
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "ddp/error.h"
 #include "fault_tolerance/member_watch.h"
+#include "launcher_handshake.h"
+#include "message_text.h"
 #include "process_group/backends.h"
 #include "process_group/rendezvous_wait.h"
 #include "process_group/store_text.h"
@@ -36,9 +39,9 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::microseconds(200);
 
 std::string to_text(const Membership& m) {
-  return concat("generation ", m.generation, "\nadmitted ", m.admitted, "\nmembers ",
-                join_words(m.members), "\nlost ", join_words(m.lost), "\njoined ",
-                join_words(m.joined), "\ncause ", m.cause, "\n");
+  return c10::str("generation ", m.generation, "\nadmitted ", m.admitted, "\nmembers ",
+                  join_words(m.members), "\nlost ", join_words(m.lost), "\njoined ",
+                  join_words(m.joined), "\ncause ", m.cause, "\n");
 }
 
 Membership from_text(const std::string& text) {
@@ -78,10 +81,10 @@ class FaultTolerantGroup::Impl {
   Impl(c10::intrusive_ptr<c10d::Store> job_store, const FaultToleranceOptions& o)
       : store(c10::make_intrusive<c10d::PrefixStore>("ft", std::move(job_store))), options(o) {
     if (o.heartbeat_interval().count() <= 0 || o.missed_heartbeats() < 1 || o.min_size() < 1) {
-      throw InvalidArgument(concat("fault tolerance: heartbeat_interval (",
-                                   o.heartbeat_interval().count(), " ms), missed_heartbeats (",
-                                   o.missed_heartbeats(), ") and min_size (", o.min_size(),
-                                   ") must be positive"));
+      throw InvalidArgument(c10::str("fault tolerance: heartbeat_interval (",
+                                     o.heartbeat_interval().count(), " ms), missed_heartbeats (",
+                                     o.missed_heartbeats(), ") and min_size (", o.min_size(),
+                                     ") must be positive"));
     }
   }
 
@@ -98,11 +101,11 @@ class FaultTolerantGroup::Impl {
       const std::string text = text_at(*store, key);
       if (!text.empty()) return text;
       if (!watch->store_error().empty()) {
-        throw DistributedError(concat(id, ": lost the job's store (", watch->store_error(),
-                                      ") while waiting for ", what));
+        throw DistributedError(c10::str(id, ": lost the job's store (", watch->store_error(),
+                                        ") while waiting for ", what));
       }
       if (Clock::now() > until) {
-        throw TimeoutError(concat(id, ": waited ", seconds(limit), " s for ", what, " in vain"));
+        throw TimeoutError(c10::str(id, ": waited ", seconds(limit), " s for ", what, " in vain"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -113,13 +116,13 @@ class FaultTolerantGroup::Impl {
   std::optional<Membership> await_admission(int64_t from) {
     const auto until = Clock::now() + options.join_timeout();
     for (int64_t g = from;;) {
-      const std::string text = text_at(*store, concat("members/", g));
+      const std::string text = text_at(*store, c10::str("members/", g));
       if (text.empty() && store->check({"closed"})) return std::nullopt;
       if (text.empty()) {
         if (Clock::now() > until) {
-          throw TimeoutError(concat(id, ": not admitted to the running job within ",
-                                    seconds(options.join_timeout()),
-                                    " s (its members take newcomers at a step boundary)"));
+          throw TimeoutError(c10::str(id, ": not admitted to the running job within ",
+                                      seconds(options.join_timeout()),
+                                      " s (its members take newcomers at a step boundary)"));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
@@ -133,8 +136,8 @@ class FaultTolerantGroup::Impl {
   // Announces this process as a newcomer; returns the generation to look for it from.
   int64_t announce() {
     const int64_t n = store->add("joiners", 1);
-    start_watch(concat("j", n));
-    store->set(concat("waiting/", n), bytes(id));
+    start_watch(c10::str("j", n));
+    store->set(c10::str("waiting/", n), bytes(id));
     const std::string latest = text_at(*store, "latest");
     return latest.empty() ? 1 : std::stoll(latest);
   }
@@ -146,7 +149,7 @@ class FaultTolerantGroup::Impl {
     Membership next;
     next.generation = g;
     for (const auto& m : old.members) {
-      if (store->check({concat("q/", g, "/", m)})) {
+      if (store->check({c10::str("q/", g, "/", m)})) {
         next.members.push_back(m);
       } else if (watch->is_lost(m) || Clock::now() > give_up) {
         next.lost.push_back(m);
@@ -157,14 +160,14 @@ class FaultTolerantGroup::Impl {
     const int64_t joiners = store->add("joiners", 0);
     next.admitted = old.admitted;
     while (admit && next.admitted < joiners) {
-      const std::string newcomer = text_at(*store, concat("waiting/", next.admitted + 1));
+      const std::string newcomer = text_at(*store, c10::str("waiting/", next.admitted + 1));
       if (newcomer.empty()) break;  // announced, not yet named: the next generation takes it
       next.members.push_back(newcomer);
       next.joined.push_back(newcomer);
       ++next.admitted;
     }
     const std::string lost = watch->lost_text();
-    next.cause = !next.lost.empty() && !lost.empty() ? concat("lost ", lost) : cause;
+    next.cause = !next.lost.empty() && !lost.empty() ? c10::str("lost ", lost) : cause;
     return to_text(next);
   }
 
@@ -173,8 +176,8 @@ class FaultTolerantGroup::Impl {
   void forget_vote(int64_t g, int64_t n) {
     if (n < 0 || !can_delete) return;
     try {
-      store->deleteKey(concat("vote/", g, "/", n, "/ok"));
-      store->deleteKey(concat("vote/", g, "/", n, "/verdict"));
+      store->deleteKey(c10::str("vote/", g, "/", n, "/ok"));
+      store->deleteKey(c10::str("vote/", g, "/", n, "/verdict"));
     } catch (const std::exception&) {
       can_delete = false;
     }
@@ -200,14 +203,14 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::start(
     const FaultToleranceOptions& options) {
   if (rank < 0 || rank >= world_size) {
     throw InvalidArgument(
-        concat("fault tolerance: rank ", rank, " is not in [0, ", world_size, ")"));
+        c10::str("fault tolerance: rank ", rank, " is not in [0, ", world_size, ")"));
   }
   auto impl = std::make_unique<Impl>(std::move(store), options);
-  impl->start_watch(concat("r", rank));
+  impl->start_watch(c10::str("r", rank));
   if (rank == 0) {
     Membership first;
     first.generation = 1;
-    for (int r = 0; r < world_size; ++r) first.members.push_back(concat("r", r));
+    for (int r = 0; r < world_size; ++r) first.members.push_back(c10::str("r", r));
     first_value(*impl->store, "members/1", to_text(first));
     impl->store->set("latest", bytes("1"));
   }
@@ -230,7 +233,7 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::join(c10::intrusive_ptr<
   }
   std::unique_ptr<FaultTolerantGroup> group(new FaultTolerantGroup(std::move(impl)));
   group->membership_ = *m;
-  if (!text_at(*group->impl_->store, concat("begun/", m->generation + 1)).empty()) {
+  if (!text_at(*group->impl_->store, c10::str("begun/", m->generation + 1)).empty()) {
     group->reconfigure();  // admitted to a generation the others have already left
     return group;
   }
@@ -251,9 +254,9 @@ void FaultTolerantGroup::connect() {
   ProcessGroupOptions options = impl_->options.group();
   options.abortable(true);
   // Each dump of this generation's flight records says what changed (docs/debugging.md).
-  options.description(m.generation == 1
-                          ? "fault-tolerant generation 1"
-                          : concat("fault-tolerant generation ", m.generation, " (world size ",
+  options.description(
+      m.generation == 1 ? "fault-tolerant generation 1"
+                        : c10::str("fault-tolerant generation ", m.generation, " (world size ",
                                    m.size(), "; lost: ", join_words(m.lost),
                                    "; joined: ", join_words(m.joined), "; because ", m.cause, ")"));
   if (m.generation > 1) {
@@ -262,7 +265,7 @@ void FaultTolerantGroup::connect() {
                                         std::chrono::milliseconds(std::chrono::seconds(30))));
   }
   group_ = ProcessGroup::init_with_store(
-      c10::make_intrusive<c10d::PrefixStore>(concat("pg/", m.generation), impl_->store), m.rank,
+      c10::make_intrusive<c10d::PrefixStore>(c10::str("pg/", m.generation), impl_->store), m.rank,
       m.size(), options);
   impl_->watch->watch(m.members, group_, m.generation);
   impl_->steps_voted = 0;
@@ -270,14 +273,14 @@ void FaultTolerantGroup::connect() {
 
 StepVerdict FaultTolerantGroup::vote(bool ok, bool admit) {
   Impl& s = *impl_;
-  const std::string base = concat("vote/", membership_.generation, "/", s.steps_voted++, "/");
+  const std::string base = c10::str("vote/", membership_.generation, "/", s.steps_voted++, "/");
   const std::string key = base + "verdict";
   std::string verdict;
   if (ok && !group_->aborted()) {
     if (s.store->add(base + "ok", 1) == membership_.size()) {
       // (A newcomer counts once it has named itself: see proposal().)
       const bool waiting = admit && s.store->add("joiners", 0) > membership_.admitted &&
-                           s.store->check({concat("waiting/", membership_.admitted + 1)});
+                           s.store->check({c10::str("waiting/", membership_.admitted + 1)});
       verdict = first_value(*s.store, key, waiting ? "grow" : "commit");
       s.forget_vote(membership_.generation, s.steps_voted - 3);  // everyone has read it
     }
@@ -303,47 +306,48 @@ const Membership& FaultTolerantGroup::reconfigure(bool admit) {
   while (true) {
     const int64_t g = membership_.generation + 1;
     const std::string lost = s.watch->lost_text();
-    const std::string cause = first_value(
-        *s.store, concat("begun/", g),
-        !lost.empty()              ? concat("lost ", lost)
-        : s.last_verdict == "grow" ? std::string("a newcomer asked to join")
-                                   : concat("a collective failed on ", s.id, " or another member"));
+    const std::string cause =
+        first_value(*s.store, c10::str("begun/", g),
+                    !lost.empty() ? c10::str("lost ", lost)
+                    : s.last_verdict == "grow"
+                        ? std::string("a newcomer asked to join")
+                        : c10::str("a collective failed on ", s.id, " or another member"));
     if (group_) {
-      if (!group_->aborted()) group_->abort(concat("generation ", g, " begun: ", cause));
+      if (!group_->aborted()) group_->abort(c10::str("generation ", g, " begun: ", cause));
       retire(std::move(group_));
     }
-    s.store->set(concat("q/", g, "/", s.id), bytes("1"));
+    s.store->set(c10::str("q/", g, "/", s.id), bytes("1"));
     const auto give_up = Clock::now() + s.options.group().timeout();
     std::string text;
-    while ((text = text_at(*s.store, concat("members/", g))).empty()) {
+    while ((text = text_at(*s.store, c10::str("members/", g))).empty()) {
       const std::string proposal = s.proposal(membership_, g, cause, give_up, admit);
       if (!proposal.empty()) {
-        text = first_value(*s.store, concat("members/", g), proposal);
+        text = first_value(*s.store, c10::str("members/", g), proposal);
         s.store->set("latest", bytes(std::to_string(g)));
         break;
       }
       if (!s.watch->store_error().empty()) {
         throw DistributedError(
-            concat(s.id, ": lost the job's store (", s.watch->store_error(), ")"));
+            c10::str(s.id, ": lost the job's store (", s.watch->store_error(), ")"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     Membership next = from_text(text);
     if (index_of(next.members, s.id) < 0) {
       throw DistributedError(
-          concat(s.id, ": the others went on without this member in generation ", g, " (",
-                 next.cause, "): it was silent for more than ",
-                 seconds(s.options.heartbeat_interval() * s.options.missed_heartbeats()),
-                 " s (frozen, or cut off), or did not come within the collective timeout; a "
-                 "newcomer can take its place"));
+          c10::str(s.id, ": the others went on without this member in generation ", g, " (",
+                   next.cause, "): it was silent for more than ",
+                   seconds(s.options.heartbeat_interval() * s.options.missed_heartbeats()),
+                   " s (frozen, or cut off), or did not come within the collective timeout; a "
+                   "newcomer can take its place"));
     }
     if (next.size() < s.options.min_size()) {
-      throw DistributedError(concat("only ", next.size(), " member(s) left (",
-                                    join_words(next.members), "), fewer than the ",
-                                    s.options.min_size(), " the job needs; ", next.cause));
+      throw DistributedError(c10::str("only ", next.size(), " member(s) left (",
+                                      join_words(next.members), "), fewer than the ",
+                                      s.options.min_size(), " the job needs; ", next.cause));
     }
     membership_ = next;
-    if (!text_at(*s.store, concat("begun/", next.generation + 1)).empty()) continue;  // left
+    if (!text_at(*s.store, c10::str("begun/", next.generation + 1)).empty()) continue;  // left
     try {
       connect();
       return membership_;
@@ -386,12 +390,22 @@ void FaultTolerantGroup::run_to_completion(const std::function<void()>& phase,
   }
 }
 
+bool FaultTolerantGroup::requested(const WorldInfo& world) {
+  return handshake_of(world).fault_tolerant;
+}
+
+bool FaultTolerantGroup::is_newcomer(const WorldInfo& world) {
+  return handshake_of(world).newcomer;
+}
+
 std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::from_environment(
     const FaultToleranceOptions& options, const WorldInfo& world) {
+  const LauncherHandshake& launcher = handshake_of(world);
   c10::intrusive_ptr<c10d::Store> store;
-  if (!world.store_file.empty()) {
+  if (!launcher.store_file.empty()) {
     // No worker's exit may delete the file: the count of users is never reached.
-    store = c10::make_intrusive<c10d::FileStore>(world.store_file, std::numeric_limits<int>::max());
+    store =
+        c10::make_intrusive<c10d::FileStore>(launcher.store_file, std::numeric_limits<int>::max());
   } else if (world.agent_store) {
     const auto& rendezvous = options.group().rendezvous_timeout();
     wait_for_store_server(world.master_addr, world.master_port, rendezvous, world.rank);
@@ -405,13 +419,13 @@ std::unique_ptr<FaultTolerantGroup> FaultTolerantGroup::from_environment(
         "fault tolerance needs a store that outlives every worker: start the job with ddprun or "
         "ddp-train --nproc-per-node N and --on-failure continue (the launcher hosts the store)");
   }
-  if (!world.store_prefix.empty()) {
-    store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, store);
+  if (!launcher.store_prefix.empty()) {
+    store = c10::make_intrusive<c10d::PrefixStore>(launcher.store_prefix, store);
   }
   // The collectives' sockets on the interface that reaches the master, as ProcessGroup::init's.
   FaultToleranceOptions o = options;
   o.group(backends::with_bind_address(options.group(), world.master_addr, world.master_port));
-  if (world.newcomer) return join(store, o);
+  if (launcher.newcomer) return join(store, o);
   return start(store, world.rank, world.world_size, o);
 }
 

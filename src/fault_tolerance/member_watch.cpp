@@ -2,10 +2,12 @@
 
 #include <cstdio>
 
+#include <c10/util/StringUtil.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "message_text.h"
 #include "process_group/store_text.h"
 
 namespace ddp {
@@ -42,10 +44,10 @@ std::string MemberWatch::lost_text() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string text;
   for (const auto& [id, seen] : members_) {
-    if (seen.lost) text += concat(text.empty() ? "" : ", ", id);
+    if (seen.lost) text += c10::str(text.empty() ? "" : ", ", id);
   }
   if (text.empty()) return text;
-  return concat(text, " silent for ", seconds(interval_ * missed_), " s");
+  return c10::str(text, " silent for ", seconds(interval_ * missed_), " s");
 }
 
 std::string MemberWatch::store_error() const {
@@ -103,7 +105,7 @@ void MemberWatch::beat_and_look() {
   std::vector<int64_t> beats;
   for (const auto& id : ids) beats.push_back(store_->add("hb/" + id, 0));
   const std::string begun =
-      generation > 0 ? text_at(*store_, concat("begun/", generation + 1)) : "";
+      generation > 0 ? text_at(*store_, c10::str("begun/", generation + 1)) : "";
   std::lock_guard<std::mutex> lock(mutex_);
   if (generation != generation_) return;  // watch() changed the members meanwhile
   const auto now = Clock::now();
@@ -119,15 +121,15 @@ void MemberWatch::beat_and_look() {
       seen.since = now;
     } else if (!seen.lost && now - seen.since > interval_ * missed_) {
       seen.lost = true;
-      newly_lost += concat(newly_lost.empty() ? "" : ", ", ids[i]);
+      newly_lost += c10::str(newly_lost.empty() ? "" : ", ", ids[i]);
     }
   }
   if (!group_ || group_->aborted()) return;
   if (!newly_lost.empty()) {
-    group_->abort(concat("member ", newly_lost, " of generation ", generation, " silent for ",
-                         seconds(interval_ * missed_), " s"));
+    group_->abort(c10::str("member ", newly_lost, " of generation ", generation, " silent for ",
+                           seconds(interval_ * missed_), " s"));
   } else if (!begun.empty()) {
-    group_->abort(concat("another member began generation ", generation + 1, ": ", begun));
+    group_->abort(c10::str("another member began generation ", generation + 1, ": ", begun));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "ddp/models/net.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "ddp/models/onednn_conv2d.h"
 #include "ddp/models/onednn_max_pool2d.h"
@@ -33,7 +35,7 @@ void NetImpl::choose_path(int64_t in_channels, int64_t side) {
       onednn_conv2d_blocked_applies(image, conv1->weight, conv1->bias, ConvAlgorithm::kDirect) &&
       onednn_conv2d_blocked_applies(conv2_blocked, conv2->weight, conv2->bias, conv2_algorithm_);
   if (blocked_) {
-    kernels_ = concat(
+    kernels_ = c10::str(
         "conv1: ",
         onednn_conv2d_kernel(image, conv1->weight, conv1->bias, ConvAlgorithm::kDirect, true),
         "; pool1: ", blocked_max_pool2d_kernel(conv1_blocked), "; conv2: ",
@@ -47,13 +49,13 @@ void NetImpl::choose_path(int64_t in_channels, int64_t side) {
   };
   const torch::Tensor conv2_input =
       channels_last(torch::empty({n, 64, side / 2, side / 2})).requires_grad_();
-  kernels_ =
-      concat("conv1: ",
-             onednn_conv2d_kernel(channels_last(image), conv1->weight, conv1->bias,
-                                  ConvAlgorithm::kDirect, false),
-             "; conv2: ",
-             onednn_conv2d_kernel(conv2_input, conv2->weight, conv2->bias, conv2_algorithm_, false),
-             "; pools: LibTorch (channels-last)");
+  kernels_ = c10::str(
+      "conv1: ",
+      onednn_conv2d_kernel(channels_last(image), conv1->weight, conv1->bias, ConvAlgorithm::kDirect,
+                           false),
+      "; conv2: ",
+      onednn_conv2d_kernel(conv2_input, conv2->weight, conv2->bias, conv2_algorithm_, false),
+      "; pools: LibTorch (channels-last)");
 }
 
 torch::Tensor NetImpl::forward(torch::Tensor x) {

@@ -4,6 +4,8 @@
 #include <tuple>
 #include <utility>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 #include "models/onednn_support.h"
@@ -253,8 +255,8 @@ std::string why_not_onednn(const torch::Tensor& input, const torch::Tensor& weig
     return "not a 3x3 convolution of this input";
   }
   if (input.dim() == 5 && input.size(4) != cpu_block_channels()) {
-    return concat("the input is blocked by ", input.size(4), ", this CPU's kernels by ",
-                  cpu_block_channels());
+    return c10::str("the input is blocked by ", input.size(4), ", this CPU's kernels by ",
+                    cpu_block_channels());
   }
   const Primitives& p = primitives_for(shape_of(input, weight, out_layout), algorithm);
   const bool grad = torch::GradMode::is_enabled();
@@ -276,9 +278,9 @@ bool usable(const torch::Tensor& input, const torch::Tensor& weight, const torch
 std::string onednn_kernel(const Primitives& p, ConvAlgorithm algorithm) {
   const std::string forward = p.forward_pd.impl_info_str();
   std::string text =
-      concat("oneDNN ", forward, algorithm == ConvAlgorithm::kWinograd ? " Winograd" : " direct");
+      c10::str("oneDNN ", forward, algorithm == ConvAlgorithm::kWinograd ? " Winograd" : " direct");
   if (p.backward_weights_ok && p.backward_weights_pd.impl_info_str() != forward) {
-    text += concat(" (backward ", p.backward_weights_pd.impl_info_str(), ")");
+    text += c10::str(" (backward ", p.backward_weights_pd.impl_info_str(), ")");
   }
   return text;
 }
@@ -300,7 +302,7 @@ std::string onednn_conv2d_kernel(const torch::Tensor& input, const torch::Tensor
   if (!blocked_output && input.dim() != 4) return "LibTorch (not a 4-d activation)";
   const Layout out_layout = blocked_output ? Layout::kBlocked : layout_of(input);
   const std::string why_not = why_not_onednn(input, weight, bias, algorithm, out_layout);
-  if (!why_not.empty()) return concat("LibTorch (", why_not, ")");
+  if (!why_not.empty()) return c10::str("LibTorch (", why_not, ")");
   return onednn_kernel(primitives_for(shape_of(input, weight, out_layout), algorithm), algorithm);
 }
 

@@ -1,5 +1,7 @@
 #include "ddp/models/torchvision_resnet.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::models {
@@ -25,7 +27,7 @@ struct Layout {
 Layout layout_of(int depth) {
   if (depth == 18) return {false, {2, 2, 2, 2}};
   if (depth == 50) return {true, {3, 4, 6, 3}};
-  throw InvalidArgument(concat("ResNet-", depth, ": only resnet18 and resnet50 are built"));
+  throw InvalidArgument(c10::str("ResNet-", depth, ": only resnet18 and resnet50 are built"));
 }
 
 }  // namespace

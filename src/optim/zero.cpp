@@ -5,6 +5,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "torch_compat.h"
@@ -51,10 +53,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<torch::Tensor> para
   if (params_.empty()) throw InvalidArgument("ZeroRedundancyOptimizer: no parameters");
   for (const auto& p : params_) {
     if (p.scalar_type() != params_[0].scalar_type()) {
-      throw InvalidArgument(concat("ZeroRedundancyOptimizer: parameters mix ",
-                                   c10::toString(params_[0].scalar_type()), " and ",
-                                   c10::toString(p.scalar_type()),
-                                   "; give it one dtype's parameters per instance"));
+      throw InvalidArgument(c10::str("ZeroRedundancyOptimizer: parameters mix ",
+                                     c10::toString(params_[0].scalar_type()), " and ",
+                                     c10::toString(p.scalar_type()),
+                                     "; give it one dtype's parameters per instance"));
     }
   }
   // Largest first, each to the rank with the fewest elements so far: balanced shards, and the

@@ -10,9 +10,12 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "message_text.h"
 #include "process_group/rendezvous_wait.h"
 #include "torch_compat.h"
 
@@ -23,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += concat(i ? ", " : "", ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i) out += c10::str(i ? ", " : "", ranks[i]);
   return out;
 }
 
@@ -50,7 +53,7 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
   const int64_t copies = store_->add(me + "/count", 1);
   if (copies > 1) {
     throw DistributedError(
-        concat("rank ", rank_, " joined twice; every process needs its own ", env::kRank));
+        c10::str("rank ", rank_, " joined twice; every process needs its own ", env::kRank));
   }
   const std::string mine = std::to_string(size_);
   store_->set(me, std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -83,36 +86,36 @@ void ProcessGroup::check_rendezvous(std::chrono::milliseconds timeout) {
     const std::vector<uint8_t> theirs = store_->get(key);
     const std::string their_size(theirs.begin(), theirs.end());
     if (their_size != mine) {
-      throw DistributedError(concat("rank ", rank_, " was started with world size ", size_,
-                                    " but rank ", r, " with world size ", their_size,
-                                    "; start every rank with the same ", env::kWorldSize));
+      throw DistributedError(c10::str("rank ", rank_, " was started with world size ", size_,
+                                      " but rank ", r, " with world size ", their_size,
+                                      "; start every rank with the same ", env::kWorldSize));
     }
   }
   if (!missing.empty()) {
     throw TimeoutError(
-        concat("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
-               " s waiting for rank(s) ", rank_list(missing), " of world size ", size_,
-               "; they did not start, cannot reach the master, or were given another "
-               "world size"));
+        c10::str("rank ", rank_, ": rendezvous timed out after ", seconds(timeout),
+                 " s waiting for rank(s) ", rank_list(missing), " of world size ", size_,
+                 "; they did not start, cannot reach the master, or were given another "
+                 "world size"));
   }
 }
 
 void ProcessGroup::check_same_collective(int64_t seq, const std::string& signature) {
   // Every rank posts its signature under the collective's number and reads the others'. Once a
   // rank has read them all for `seq`, every rank has finished reading `seq - 1`: its key can go.
-  const std::string prefix = concat("debug/collective/", seq, "/");
-  store_->set(concat(prefix, rank_), std::vector<uint8_t>(signature.begin(), signature.end()));
+  const std::string prefix = c10::str("debug/collective/", seq, "/");
+  store_->set(c10::str(prefix, rank_), std::vector<uint8_t>(signature.begin(), signature.end()));
   std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(concat(prefix, r));
+  for (int r = 0; r < size_; ++r) keys.push_back(c10::str(prefix, r));
   try {
     wait_for_keys(*store_, keys, timeout_);
   } catch (const std::exception&) {
     std::vector<int> absent;
     for (int r = 0; r < size_; ++r)
       if (!store_->check({keys[size_t(r)]})) absent.push_back(r);
-    throw TimeoutError(concat("rank ", rank_, ": collective #", seq, " (", signature, "): rank(s) ",
-                              rank_list(absent), " did not issue it within ", seconds(timeout_),
-                              " s (debug_collectives)"));
+    throw TimeoutError(c10::str("rank ", rank_, ": collective #", seq, " (", signature,
+                                "): rank(s) ", rank_list(absent), " did not issue it within ",
+                                seconds(timeout_), " s (debug_collectives)"));
   }
   std::map<std::string, std::vector<int>> calls;
   for (int r = 0; r < size_; ++r) {
@@ -121,7 +124,7 @@ void ProcessGroup::check_same_collective(int64_t seq, const std::string& signatu
   }
   if (seq > 1) {
     try {
-      store_->deleteKey(concat("debug/collective/", seq - 1, "/", rank_));
+      store_->deleteKey(c10::str("debug/collective/", seq - 1, "/", rank_));
     } catch (const std::exception&) {
       // A store without deleteKey keeps the keys: a little memory, nothing else.
     }
@@ -129,18 +132,18 @@ void ProcessGroup::check_same_collective(int64_t seq, const std::string& signatu
   if (calls.size() == 1) return;
   std::string list;
   for (const auto& [call, ranks] : calls)
-    list += concat(list.empty() ? "" : "; ", "rank(s) ", rank_list(ranks), " issued ", call);
-  throw DistributedError(concat("rank ", rank_, ": collective #", seq,
-                                " differs between ranks: ", list,
-                                ". Every rank must issue the same collectives, with the same "
-                                "shapes and dtypes, in the same order (debug_collectives)"));
+    list += c10::str(list.empty() ? "" : "; ", "rank(s) ", rank_list(ranks), " issued ", call);
+  throw DistributedError(c10::str("rank ", rank_, ": collective #", seq,
+                                  " differs between ranks: ", list,
+                                  ". Every rank must issue the same collectives, with the same "
+                                  "shapes and dtypes, in the same order (debug_collectives)"));
 }
 
 void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const std::string& what) {
   // Rank 0 waits for every rank's arrival key, then posts the verdict every rank reads.
   const std::string prefix = unique_prefix("monitored_barrier");
   const std::string verdict_key = prefix + "verdict";
-  store_->set(concat(prefix, rank_), std::vector<uint8_t>{1});
+  store_->set(c10::str(prefix, rank_), std::vector<uint8_t>{1});
   std::string verdict;
   if (rank_ == 0) {
     const auto deadline = Clock::now() + timeout;
@@ -149,14 +152,14 @@ void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const st
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
-        wait_for_keys(*store_, {concat(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
+        wait_for_keys(*store_, {c10::str(prefix, r)}, std::max(left, std::chrono::milliseconds(1)));
       } catch (const std::exception&) {
         absent.push_back(r);
       }
     }
     if (!absent.empty()) {
-      verdict = concat(what, ": rank(s) ", rank_list(absent), " did not arrive within ",
-                       seconds(timeout), " s");
+      verdict = c10::str(what, ": rank(s) ", rank_list(absent), " did not arrive within ",
+                         seconds(timeout), " s");
     }
     store_->set(verdict_key, std::vector<uint8_t>(verdict.begin(), verdict.end()));
   } else {
@@ -164,14 +167,14 @@ void ProcessGroup::monitored_barrier(std::chrono::milliseconds timeout, const st
       // Rank 0 answers within `timeout` of its own arrival; allow as long again for it to come.
       wait_for_keys(*store_, {verdict_key}, 2 * timeout);
     } catch (const std::exception&) {
-      verdict = concat(what, ": rank(s) 0 did not arrive within ", seconds(2 * timeout), " s");
+      verdict = c10::str(what, ": rank(s) 0 did not arrive within ", seconds(2 * timeout), " s");
     }
     if (verdict.empty()) {
       const std::vector<uint8_t> text = store_->get(verdict_key);
       verdict.assign(text.begin(), text.end());
     }
   }
-  if (!verdict.empty()) throw TimeoutError(concat("rank ", rank_, ": ", verdict));
+  if (!verdict.empty()) throw TimeoutError(c10::str("rank ", rank_, ": ", verdict));
 }
 
 }  // namespace ddp

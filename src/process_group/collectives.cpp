@@ -12,7 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
+#include "message_text.h"
 #include "process_group/backends.h"
 #include "process_group/group_state.h"
 #include "torch_compat.h"
@@ -86,7 +89,7 @@ void Work::wait() {
     // Poll, so that an abort ends the wait; 100 us adds little to a step's few waits.
     while (!work_->isCompleted()) {
       if (abort_->set) {
-        failed(PeerFailure(concat("rank ", rank_, ": ", what_, " abandoned: ", abort_->why())));
+        failed(PeerFailure(c10::str("rank ", rank_, ": ", what_, " abandoned: ", abort_->why())));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
@@ -98,16 +101,16 @@ void Work::wait() {
     while (!work_->isCompleted() && Clock::now() < spin_until) sched_yield();
     work_->wait();
   } catch (const c10::Error& e) {
-    failed(PeerFailure(concat("rank ", rank_, ": ", what_,
-                              " failed: ", first_line(e.what_without_backtrace()),
-                              " (a peer rank exited, or stopped answering within the timeout)")));
+    failed(PeerFailure(c10::str("rank ", rank_, ": ", what_,
+                                " failed: ", first_line(e.what_without_backtrace()),
+                                " (a peer rank exited, or stopped answering within the timeout)")));
   } catch (const std::exception& e) {
     if (backends::is_broken_connection(e)) {
-      failed(PeerFailure(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
-                                " (a peer rank exited or its connection broke)")));
+      failed(PeerFailure(c10::str("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()),
+                                  " (a peer rank exited or its connection broke)")));
     }
     failed(
-        DistributedError(concat("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()))));
+        DistributedError(c10::str("rank ", rank_, ": ", what_, " failed: ", first_line(e.what()))));
   }
   if (recorder_) recorder_->complete(seq_);  // where the backend's future did not already
   work_.reset();
@@ -122,7 +125,7 @@ template <typename E>
 void Work::failed(const E& error) {
   if (recorder_) {
     recorder_->fail(seq_, error.what());  // the whole message stays in the record
-    recorder_->dump(concat(what_, " #", seq_, " failed"));
+    recorder_->dump(c10::str(what_, " #", seq_, " failed"));
   }
   throw error;
 }
@@ -193,7 +196,7 @@ Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this, root](torch::Tensor& t) { return broadcast(t, root); });
   }
-  const int64_t seq = begin(concat("broadcast(root ", root, ")"), tensor);
+  const int64_t seq = begin(c10::str("broadcast(root ", root, ")"), tensor);
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -221,7 +224,7 @@ void ProcessGroup::barrier() {
 
 int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor, CollectiveTag tag) {
   if (aborted())
-    throw PeerFailure(concat("rank ", rank_, ": ", op, " on an aborted group: ", abort_->why()));
+    throw PeerFailure(c10::str("rank ", rank_, ": ", op, " on an aborted group: ", abort_->why()));
   std::string dtype = "none";
   std::vector<int64_t> shape;
   if (tensor.defined()) {
@@ -238,7 +241,7 @@ int64_t ProcessGroup::begin(const std::string& op, const torch::Tensor& tensor, 
       check_same_collective(seq, call.signature());
     } catch (const std::exception& e) {
       recorder_->fail(seq, e.what());
-      recorder_->dump(concat("collective #", seq, " failed the check across ranks"));
+      recorder_->dump(c10::str("collective #", seq, " failed the check across ranks"));
       throw;
     }
   }

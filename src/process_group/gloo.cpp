@@ -6,10 +6,12 @@
 
 #include <cstdlib>
 
+#include <c10/util/StringUtil.h>
 #include <gloo/common/error.h>
 
 #include "ddp/environment.h"
 #include "ddp/error.h"
+#include "message_text.h"
 #include "process_group/backends.h"
 #include "unique_fd.h"
 
@@ -92,9 +94,9 @@ Connected connect_gloo(const ConnectArgs& args) {
     return compat::make_gloo(args.store, args.rank, args.size, o.timeout(), host,
                              by_interface ? ifname : "");
   } catch (const std::exception& e) {
-    throw DistributedError(concat("rank ", args.rank,
-                                  ": cannot connect the gloo process group (bound to ",
-                                  by_interface ? ifname : host, "): ", first_line(e.what())));
+    throw DistributedError(c10::str("rank ", args.rank,
+                                    ": cannot connect the gloo process group (bound to ",
+                                    by_interface ? ifname : host, "): ", first_line(e.what())));
   }
 }
 

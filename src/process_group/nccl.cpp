@@ -1,5 +1,8 @@
 // The NCCL backend: CUDA tensors on this rank's GPU, in CUDA builds of LibTorch only.
 #include "ddp/error.h"
+
+#include <c10/util/StringUtil.h>
+
 #include "process_group/backends.h"
 
 namespace ddp::backends {
@@ -8,7 +11,7 @@ Connected connect_nccl(const ConnectArgs& args) {
 #if defined(USE_C10D_NCCL)
   const ProcessGroupOptions& o = args.options;
   if (!o.device().is_cuda()) {
-    throw InvalidArgument(concat(
+    throw InvalidArgument(c10::str(
         "backend nccl moves GPU tensors only, but this rank's device (ProcessGroupOptions::device) "
         "is ",
         o.device().str(), "; give it a CUDA device, or use backend gloo"));

@@ -10,8 +10,12 @@
 #include <mutex>
 #include <string>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
+#include "launcher_handshake.h"
+#include "message_text.h"
 #include "process_group/backends.h"
 #include "process_group/group_state.h"
 #include "process_group/rendezvous_wait.h"
@@ -38,13 +42,13 @@ void parse_tcp_url(const std::string& url, std::string& host, int& port) {
   const std::string scheme = "tcp://";
   const size_t colon = url.rfind(':');
   if (url.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size()) {
-    throw InvalidArgument(concat("init method '", url, "' is not of the form tcp://HOST:PORT"));
+    throw InvalidArgument(c10::str("init method '", url, "' is not of the form tcp://HOST:PORT"));
   }
   host = url.substr(scheme.size(), colon - scheme.size());
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  if (host.empty()) throw InvalidArgument(concat("init method '", url, "' has no host"));
-  port = parse_int(url.substr(colon + 1), concat("init method '", url, "': the port"), 1, 65535);
+  if (host.empty()) throw InvalidArgument(c10::str("init method '", url, "' has no host"));
+  port = parse_int(url.substr(colon + 1), c10::str("init method '", url, "': the port"), 1, 65535);
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -70,27 +74,28 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
                                                  const WorldInfo& world) {
   const int rank = options.rank() >= 0 ? options.rank() : world.rank;
   const int size = options.world_size() >= 0 ? options.world_size() : world.world_size;
-  if (size < 1) throw InvalidArgument(concat("world size ", size, " must be at least 1"));
+  if (size < 1) throw InvalidArgument(c10::str("world size ", size, " must be at least 1"));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument(
-        concat("rank ", rank, " is not in [0, ", size, ") for world size ", size));
+        c10::str("rank ", rank, " is not in [0, ", size, ") for world size ", size));
   }
   const std::string& url = options.init_method();
   c10::intrusive_ptr<c10d::Store> store;
   std::string master_host = world.master_addr;
+  const LauncherHandshake& launcher = handshake_of(world);
   try {
-    if (url == "env://" && !world.store_file.empty()) {
+    if (url == "env://" && !launcher.store_file.empty()) {
       // A launcher on one node: a FileStore in its private directory, so no port is
       // opened at all (LibTorch 1.13's TCPStore server listens on every interface).
-      store = c10::make_intrusive<c10d::FileStore>(world.store_file, size);
+      store = c10::make_intrusive<c10d::FileStore>(launcher.store_file, size);
       store->setTimeout(options.rendezvous_timeout());
       master_host = "127.0.0.1";
     } else if (url == "env://") {
       if (size > 1 && !world.master_port_set) {
-        throw InvalidArgument(concat("init method env:// needs ", env::kMasterAddr, " and ",
-                                     env::kMasterPort,
-                                     " (set by the launcher, or by you), or init method "
-                                     "tcp://HOST:PORT"));
+        throw InvalidArgument(c10::str("init method env:// needs ", env::kMasterAddr, " and ",
+                                       env::kMasterPort,
+                                       " (set by the launcher, or by you), or init method "
+                                       "tcp://HOST:PORT"));
       }
       // Under torchrun the agent hosts the store and every worker, rank 0 too, is a client.
       const bool server = rank == 0 && !world.agent_store;
@@ -98,8 +103,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
         wait_for_store_server(master_host, world.master_port, options.rendezvous_timeout(), rank);
       }
       store = tcp_store(master_host, world.master_port, server, size, options.rendezvous_timeout());
-      if (!world.store_prefix.empty())
-        store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, store);
+      if (!launcher.store_prefix.empty())
+        store = c10::make_intrusive<c10d::PrefixStore>(launcher.store_prefix, store);
     } else if (url.rfind("tcp://", 0) == 0) {
       int port = 0;
       parse_tcp_url(url, master_host, port);
@@ -112,7 +117,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
       store->setTimeout(options.rendezvous_timeout());
       master_host = "127.0.0.1";
     } else {
-      throw InvalidArgument(concat(
+      throw InvalidArgument(c10::str(
           "init method '", url, "' is not supported; use env://, tcp://HOST:PORT or file:///PATH"));
     }
   } catch (const Error&) {
@@ -123,13 +128,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init(const ProcessGroupOptions& opti
     const bool in_use =
         msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos;
     if (in_use) {
-      throw DistributedError(concat("rank 0: cannot host the store for ", url,
-                                    ": the port is in use (", msg, "); choose another port (",
-                                    env::kMasterPort, ", or the init method's)"));
+      throw DistributedError(c10::str("rank 0: cannot host the store for ", url,
+                                      ": the port is in use (", msg, "); choose another port (",
+                                      env::kMasterPort, ", or the init method's)"));
     }
-    throw DistributedError(concat("rank ", rank, ": cannot reach the store for ", url, " within ",
-                                  seconds(options.rendezvous_timeout()), " s: ", msg,
-                                  "; check that rank 0 is running and the address is right"));
+    throw DistributedError(c10::str("rank ", rank, ": cannot reach the store for ", url, " within ",
+                                    seconds(options.rendezvous_timeout()), " s: ", msg,
+                                    "; check that rank 0 is running and the address is right"));
   }
   return init_with_store(store, rank, size,
                          backends::with_bind_address(options, master_host, world.master_port));
@@ -140,7 +145,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
                                                             const ProcessGroupOptions& given) {
   const ProcessGroupOptions options = with_debug_environment(given);
   if (options.flight_records() < 0)
-    throw InvalidArgument(concat("flight_records ", options.flight_records(), " must be >= 0"));
+    throw InvalidArgument(c10::str("flight_records ", options.flight_records(), " must be >= 0"));
   std::shared_ptr<ProcessGroup> group(new ProcessGroup());
   group->store_ = c10::make_intrusive<c10d::PrefixStore>("ddp", store);
   group->rank_ = rank;
@@ -162,14 +167,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::init_with_store(c10::intrusive_ptr<c
     return group;
   }
   throw InvalidArgument(
-      concat("unknown backend '", options.backend(), "'; use gloo, nccl (CUDA builds) or mpi"));
+      c10::str("unknown backend '", options.backend(), "'; use gloo, nccl (CUDA builds) or mpi"));
 }
 
 void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
   // A job id that tells this group's records from an earlier job's in the same directory.
   const std::string key = "flight/job";
   if (rank_ == 0) {
-    const std::string id = concat(unix_microseconds(), "-", ::getpid());
+    const std::string id = c10::str(unix_microseconds(), "-", ::getpid());
     store_->set(key, std::vector<uint8_t>(id.begin(), id.end()));
   }
   const std::vector<uint8_t> id = store_->get(key);
@@ -183,7 +188,7 @@ void ProcessGroup::start_recorder(const ProcessGroupOptions& options) {
 }
 
 std::string ProcessGroup::unique_prefix(const std::string& what) {
-  return concat(what, "/", prefix_counter_++, "/");
+  return c10::str(what, "/", prefix_counter_++, "/");
 }
 
 }  // namespace ddp

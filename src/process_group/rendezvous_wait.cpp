@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "unique_fd.h"
 
@@ -75,10 +77,10 @@ void wait_for_store_server(const std::string& host, int port, std::chrono::milli
                      rank, host.c_str(), port, waited, left);
       });
   if (!up) {
-    throw TimeoutError(concat("rank ", rank, ": the rendezvous store at ", host, ":", port,
-                              " did not answer within ", timeout.count() / 1000.0,
-                              " s; check that rank 0 is running and that this address and port "
-                              "reach it"));
+    throw TimeoutError(c10::str("rank ", rank, ": the rendezvous store at ", host, ":", port,
+                                " did not answer within ", timeout.count() / 1000.0,
+                                " s; check that rank 0 is running and that this address and port "
+                                "reach it"));
   }
 }
 

@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 #include "torch_compat.h"
 #include "unique_fd.h"
@@ -34,7 +36,7 @@ inline int store_listen_socket(const std::string& host, int port) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found))
-    throw std::runtime_error(concat("cannot resolve ", host, ": ", gai_strerror(rc)));
+    throw std::runtime_error(c10::str("cannot resolve ", host, ": ", gai_strerror(rc)));
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
   UniqueFd fd(::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const int on = 1;
@@ -42,7 +44,7 @@ inline int store_listen_socket(const std::string& host, int port) {
       ::bind(fd.get(), found->ai_addr, found->ai_addrlen) != 0 ||
       ::listen(fd.get(), SOMAXCONN) != 0) {
     throw std::runtime_error(
-        concat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
+        c10::str("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
   }
   return fd.release();  // the store owns it from here
 }

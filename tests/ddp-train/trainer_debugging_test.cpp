@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include <c10/util/StringUtil.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp/error.h"
@@ -54,11 +55,11 @@ TEST_F(TrainerTest, TraceHasEveryRankWithNestedSpansAndAllReducesOverlappingBack
   std::set<std::string> tracks;
   for (const json& e : events) {
     if (e["ph"] == "M" && e["name"] == "thread_name")
-      tracks.insert(concat(e["pid"].get<int>(), ":", e["args"]["name"].get<std::string>()));
+      tracks.insert(c10::str(e["pid"].get<int>(), ":", e["args"]["name"].get<std::string>()));
   }
   for (int rank : {0, 1}) {
-    EXPECT_TRUE(tracks.count(concat(rank, ":training"))) << rank;
-    EXPECT_TRUE(tracks.count(concat(rank, ":all-reduce bucket 1"))) << rank;
+    EXPECT_TRUE(tracks.count(c10::str(rank, ":training"))) << rank;
+    EXPECT_TRUE(tracks.count(c10::str(rank, ":all-reduce bucket 1"))) << rank;
     // Nesting on the training track: each span ends before the enclosing one does.
     std::vector<Span> stack;
     std::map<std::string, int> names;

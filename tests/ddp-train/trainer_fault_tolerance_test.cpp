@@ -5,6 +5,7 @@
 // what the restart lost.
 #include <gtest/gtest.h>
 
+#include <c10/util/StringUtil.h>
 #include <regex>
 #include <string>
 
@@ -162,8 +163,8 @@ TEST_F(TrainerTest, OnFailureRestartSaysHowManyStepsTheNewRoundLost) {
   EXPECT_EQ(lost, reached - resumed) << r.output;
   const std::string metrics = test::read_file(out / "m.jsonl");
   EXPECT_NE(metrics.find("\"event\": \"membership_change\", "), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find(concat("\"reached_step\": ", reached, ", \"resumed_step\": ", resumed,
-                                ", \"steps_lost\": ", lost)),
+  EXPECT_NE(metrics.find(c10::str("\"reached_step\": ", reached, ", \"resumed_step\": ", resumed,
+                                  ", \"steps_lost\": ", lost)),
             std::string::npos)
       << metrics;
   EXPECT_EQ(test::weight_fingerprints(r.output).size(), 1u) << r.output;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
 #include <torch/cuda.h>
 
 #include "ddp/error.h"
@@ -99,7 +100,7 @@ TEST_F(TrainerTest, HangingRankIsNamedFromTheFlightRecords) {
     EXPECT_TRUE(std::regex_search(last_line, verdict)) << r.output;
     EXPECT_EQ(last_line.rfind("ddp-train: rank 1 never started", 0), 0u) << r.output;
     for (int rank = 0; rank < workers; ++rank)
-      EXPECT_TRUE(std::filesystem::exists(out / concat("d/flight-rank-", rank, ".json"))) << rank;
+      EXPECT_TRUE(std::filesystem::exists(out / c10::str("d/flight-rank-", rank, ".json"))) << rank;
     // PyTorch's own analyzer reads the dumps written beside the records, and names rank 1 too
     // (where the reference Python has one: Debian 12's torch 1.13 does not).
     const auto pytorch = test::run(

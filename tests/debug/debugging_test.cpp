@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include "ddp/algorithms/powersgd.h"
@@ -32,10 +33,10 @@ TEST(FlightRecorder, RecordsEveryCollectiveWithItsStepAndBucket) {
     const auto records = group->recorder().records();
     ASSERT_EQ(group->recorder().issued(), before + 2);
     const CollectiveRecord& bucket = records[records.size() - 2];
-    EXPECT_EQ(bucket.name(), concat("all-reduce #", before + 1, " (step 7, bucket 0)"));
+    EXPECT_EQ(bucket.name(), c10::str("all-reduce #", before + 1, " (step 7, bucket 0)"));
     EXPECT_EQ(bucket.signature(), "all-reduce float32[10]");  // 8 weights and 2 biases
     const CollectiveRecord& last = records.back();
-    EXPECT_EQ(last.name(), concat("all-reduce #", before + 2, " (step 7)"));
+    EXPECT_EQ(last.name(), c10::str("all-reduce #", before + 2, " (step 7)"));
     EXPECT_EQ(last.dtype, "int64");
     for (const auto& r : records) EXPECT_EQ(r.state, CollectiveState::kCompleted) << r.name();
     EXPECT_EQ(rank, group->recorder().identity().rank);
@@ -56,7 +57,7 @@ TEST(FlightRecorder, EveryCollectiveOfACommHookIsRecordedWithItsBucket) {
     const auto records = group->recorder().records();
     for (int64_t k = 0; k < 3; ++k) {
       const CollectiveRecord& r = records[records.size() - 3 + size_t(k)];
-      EXPECT_EQ(r.name(), concat("all-reduce #", before + 1 + k, " (bucket 0)"));
+      EXPECT_EQ(r.name(), c10::str("all-reduce #", before + 1 + k, " (bucket 0)"));
     }
   });
   EXPECT_EQ(errors, std::vector<std::string>(2, ""));
@@ -76,7 +77,7 @@ TEST(DebugCollectives, AMismatchFailsAtOnceOnEveryRankNamingBothCalls) {
       60s, ProcessGroupOptions().debug_collectives(true));
   EXPECT_LT(Clock::now() - start, 10s);  // not the 60 s timeout
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[size_t(r)].find(concat("rank ", r, ": collective #2 differs between ranks")),
+    EXPECT_NE(errors[size_t(r)].find(c10::str("rank ", r, ": collective #2 differs between ranks")),
               std::string::npos)
         << errors[size_t(r)];
     EXPECT_NE(errors[size_t(r)].find("rank(s) 0 issued all-reduce float32[10]"), std::string::npos)
@@ -116,7 +117,7 @@ TEST(MonitoredBarrier, NamesTheRanksThatDidNotArrive) {
   for (int r : {0, 1}) {
     EXPECT_EQ(
         errors[size_t(r)],
-        concat("rank ", r, ": checkpoint of epoch 1: rank(s) 2, 3 did not arrive within 1 s"));
+        c10::str("rank ", r, ": checkpoint of epoch 1: rank(s) 2, 3 did not arrive within 1 s"));
   }
   EXPECT_EQ(errors[2], "");
   EXPECT_EQ(errors[3], "");

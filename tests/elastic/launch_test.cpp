@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <c10/util/StringUtil.h>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -127,8 +128,8 @@ TEST_F(LaunchTest, TrainerCpuBindSizesEachWorkersThreadsToItsShare) {
                            {}, 180s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const size_t share = cpu_share(allowed_cpus(), 2, 0).size();
-  EXPECT_NE(r.output.find(concat(share, " intra-op thread(s) per worker (its ", share,
-                                 " CPU(s), --cpu-bind cores)")),
+  EXPECT_NE(r.output.find(c10::str(share, " intra-op thread(s) per worker (its ", share,
+                                   " CPU(s), --cpu-bind cores)")),
             std::string::npos)
       << r.output;
   const auto outside =
@@ -428,11 +429,12 @@ TEST_F(LaunchTest, CpuBindCoresGivesEachLocalRankItsShareOfTheCpus) {
   std::string listed;
   for (int r = 0; r < 4; ++r) {
     const std::string share = cpu_list_text(cpu_share(cpus, 4, r));
-    EXPECT_NE(bound.output.find(concat("rank ", r, " bind=cores Cpus_allowed_list:", share, "\n")),
-              std::string::npos)
+    EXPECT_NE(
+        bound.output.find(c10::str("rank ", r, " bind=cores Cpus_allowed_list:", share, "\n")),
+        std::string::npos)
         << "rank " << r << " should run on " << share << ":\n"
         << bound.output;
-    listed += concat(r == 0 ? "" : ", ", r, ": ", share);
+    listed += c10::str(r == 0 ? "" : ", ", r, ": ", share);
   }
   EXPECT_NE(bound.output.find("CPUs of each local rank (cpu_bind cores): " + listed),
             std::string::npos)

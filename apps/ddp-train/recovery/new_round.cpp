@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/debug/flight_recorder.h"  // unix_microseconds
 #include "ddp/error.h"
 
@@ -46,8 +48,8 @@ void report_new_round(Training& t, const JobProgress& progress, int64_t resumed_
       .add("resumed_step", resumed_step)
       .add("steps_lost", lost);
   t.reporter.membership_change(record);
-  t.chrome_trace.span(concat("round ", world.restart_count + 1, ": world size ", world.world_size,
-                             ", ", lost, " step(s) lost"),
+  t.chrome_trace.span(c10::str("round ", world.restart_count + 1, ": world size ", world.world_size,
+                               ", ", lost, " step(s) lost"),
                       started, std::chrono::steady_clock::now());
 }
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <sstream>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/fault_tolerance/fault_tolerance.h"
@@ -36,7 +38,7 @@ void adopt_generation(TrainingSetup& s) {
 // files).
 std::string state_file() {
   const char* dir = std::getenv(env::kTmpDir);
-  return concat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/ddp-state-", ::getpid(), ".pt");
+  return c10::str(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/ddp-state-", ::getpid(), ".pt");
 }
 
 // The run as a checkpoint's bytes (rank 0).
@@ -55,7 +57,7 @@ CheckpointState load_state_bytes(Training& t, const std::string& bytes) {
   {
     std::ofstream out(path, std::ios::binary);
     out << bytes;
-    if (!out.flush()) throw IoError(concat("cannot write the state from rank 0 to ", path));
+    if (!out.flush()) throw IoError(c10::str("cannot write the state from rank 0 to ", path));
   }
   const CheckpointState state = t.optimizer.load(path, *t.setup.model);
   std::remove(path.c_str());
@@ -136,8 +138,8 @@ void report_change(Training& t, int old_world, Clock::time_point start, int64_t 
                                    .add("cause", m.cause)
                                    .add("steps_discarded", discarded)
                                    .add("seconds", seconds));
-  t.chrome_trace.span(concat("membership change: world size ", old_world, " -> ", m.size()), start,
-                      Clock::now());
+  t.chrome_trace.span(c10::str("membership change: world size ", old_world, " -> ", m.size()),
+                      start, Clock::now());
 }
 
 // Reconfigures the fault-tolerant group and settles the next generation.
@@ -185,7 +187,7 @@ void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
   if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
 }
 void check_fault_tolerance_options(const TrainOptions& o) {
-  const std::string backend = concat("--backend ", to_string(o.backend));
+  const std::string backend = c10::str("--backend ", to_string(o.backend));
   const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
   // Gloo only: c10d's Gloo lets a rank walk away from a collective, NCCL's kernels do not.
   const char* flag = o.zero                ? "--zero"
@@ -195,9 +197,9 @@ void check_fault_tolerance_options(const TrainOptions& o) {
                      : !gloo               ? backend.c_str()
                                            : nullptr;
   if (flag != nullptr) {
-    throw InvalidArgument(concat("--on-failure continue cannot be combined with ", flag,
-                                 ": its state is tied to one group of ranks (use --on-failure "
-                                 "restart, which resumes from a checkpoint)"));
+    throw InvalidArgument(c10::str("--on-failure continue cannot be combined with ", flag,
+                                   ": its state is tied to one group of ranks (use --on-failure "
+                                   "restart, which resumes from a checkpoint)"));
   }
 }
 

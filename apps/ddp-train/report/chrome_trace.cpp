@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include "ddp/atomic_file.h"
@@ -26,12 +27,12 @@ std::string directory_of(const std::string& path) {
 std::string track_name(int track) {
   if (track == 0) return "training";
   if (track == 1) return "other collectives";
-  return concat("all-reduce bucket ", track - 2);
+  return c10::str("all-reduce bucket ", track - 2);
 }
 
 std::string metadata(const char* what, int pid, int tid, const std::string& value) {
-  return concat("{\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
-                ",\"args\":{\"name\":\"", value, "\"}}");
+  return c10::str("{\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
+                  ",\"args\":{\"name\":\"", value, "\"}}");
 }
 
 // Every rank's text, in rank order: an all-gather of the lengths, then of the padded bytes.
@@ -61,15 +62,15 @@ ChromeTrace::ChromeTrace(const std::string& path, int rank)
   if (path_.empty() || rank != 0) return;
   const std::string dir = directory_of(path_);
   if (::access(dir.c_str(), W_OK) != 0) {
-    throw IoError(concat("--trace: cannot write ", path_, ": ", dir, ": ", std::strerror(errno),
-                         "; give a path in a writable directory"));
+    throw IoError(c10::str("--trace: cannot write ", path_, ": ", dir, ": ", std::strerror(errno),
+                           "; give a path in a writable directory"));
   }
 }
 
 void ChromeTrace::watch(FlightRecorder& recorder) {
   if (!enabled()) return;
   recorder.on_finished([this](const CollectiveRecord& c) {
-    add({concat(c.op, " #", c.seq), c.bucket >= 0 ? 2 + c.bucket : 1, c.issued_us, c.completed_us,
+    add({c10::str(c.op, " #", c.seq), c.bucket >= 0 ? 2 + c.bucket : 1, c.issued_us, c.completed_us,
          c.step});
   });
 }
@@ -88,14 +89,14 @@ void ChromeTrace::add(Event event) {
 
 std::string ChromeTrace::events_json() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::string out = metadata("process_name", rank_, 0, concat("rank ", rank_));
+  std::string out = metadata("process_name", rank_, 0, c10::str("rank ", rank_));
   for (int track = 0; track <= max_track_; ++track)
     out += ",\n" + metadata("thread_name", rank_, track, track_name(track));
   for (const Event& e : events_) {
-    out += concat(",\n{\"name\":\"", e.name, "\",\"cat\":\"", e.track == 0 ? "compute" : "comm",
-                  "\",\"ph\":\"X\",\"pid\":", rank_, ",\"tid\":", e.track, ",\"ts\":", e.begin_us,
-                  ",\"dur\":", std::max<int64_t>(0, e.end_us - e.begin_us), ",\"args\":{");
-    if (e.step >= 0) out += concat("\"step\":", e.step);
+    out += c10::str(",\n{\"name\":\"", e.name, "\",\"cat\":\"", e.track == 0 ? "compute" : "comm",
+                    "\",\"ph\":\"X\",\"pid\":", rank_, ",\"tid\":", e.track, ",\"ts\":", e.begin_us,
+                    ",\"dur\":", std::max<int64_t>(0, e.end_us - e.begin_us), ",\"args\":{");
+    if (e.step >= 0) out += c10::str("\"step\":", e.step);
     out += "}}";
   }
   return out;
@@ -107,12 +108,12 @@ void ChromeTrace::write(ProcessGroup* group) const {
   if (group != nullptr && group->size() > 1) ranks = gather_text(*group, ranks.front());
   if (rank_ != 0) return;
   std::string text = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  for (size_t r = 0; r < ranks.size(); ++r) text += concat(r ? ",\n" : "", ranks[r]);
+  for (size_t r = 0; r < ranks.size(); ++r) text += c10::str(r ? ",\n" : "", ranks[r]);
   text += "\n]}\n";
   try {
     write_file_atomic(path_, text);
   } catch (const IoError& e) {
-    throw IoError(concat("--trace: ", e.what()));
+    throw IoError(c10::str("--trace: ", e.what()));
   }
   std::printf("trace of %zu rank(s) written to %s (open it in ui.perfetto.dev)\n", ranks.size(),
               path_.c_str());

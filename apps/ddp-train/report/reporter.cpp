@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/allocator.h"
 #include "ddp/error.h"
 
@@ -72,7 +74,7 @@ MetricsWriter open_metrics(const std::string& path) {
   try {
     return MetricsWriter(path);
   } catch (const IoError& e) {
-    throw IoError(concat("--metrics: ", e.what()));
+    throw IoError(c10::str("--metrics: ", e.what()));
   }
 }
 

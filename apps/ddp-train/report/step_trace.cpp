@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::train {
@@ -32,8 +34,8 @@ StepTrace::StepTrace(const std::string& prefix, int rank) {
   created_.emplace(path_);
   file_ = std::fopen(path_.c_str(), "a");
   if (!file_) {
-    throw IoError(concat("--step-trace: cannot open ", path_, " for writing: ",
-                         std::strerror(errno), "; give a prefix in a writable directory"));
+    throw IoError(c10::str("--step-trace: cannot open ", path_, " for writing: ",
+                           std::strerror(errno), "; give a prefix in a writable directory"));
   }
   last_cpu_seconds_ = thread_cpu_seconds();
 }
@@ -68,7 +70,7 @@ void StepTrace::start() {
 
 void StepTrace::write_failed() const {
   throw IoError(
-      concat("--step-trace: cannot write ", path_, ": ", std::strerror(errno), " (disk full?)"));
+      c10::str("--step-trace: cannot write ", path_, ": ", std::strerror(errno), " (disk full?)"));
 }
 
 }  // namespace ddp::train

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include "ddp/error.h"
@@ -83,15 +84,15 @@ StragglerReport StragglerWatch::end_epoch(ProcessGroup* group) {
 std::string StragglerReport::line() const {
   std::string text = "stragglers: ";
   if (waited_for >= 0) {
-    text += concat("rank ", waited_for, " kept the others waiting ", format("%.2f", waited_seconds),
-                   " s (", format("%.1f", steps > 0 ? 1e3 * waited_seconds / double(steps) : 0.0),
-                   " ms a step); ");
+    text += c10::str(
+        "rank ", waited_for, " kept the others waiting ", format("%.2f", waited_seconds), " s (",
+        format("%.1f", steps > 0 ? 1e3 * waited_seconds / double(steps) : 0.0), " ms a step); ");
   }
   text += "compute per step:";
   for (size_t k = 0; k < compute_ms.size(); ++k) {
-    text += concat(k ? ", rank " : " rank ", k, " ", format("%.1f", compute_ms[k]), " ms (",
-                   format("%.2f", vs_fastest[k]), k ? "x, " : "x the fastest, ",
-                   format("%.2f", vs_median[k]), k ? "x)" : "x its median)");
+    text += c10::str(k ? ", rank " : " rank ", k, " ", format("%.1f", compute_ms[k]), " ms (",
+                     format("%.2f", vs_fastest[k]), k ? "x, " : "x the fastest, ",
+                     format("%.2f", vs_median[k]), k ? "x)" : "x its median)");
   }
   return text;
 }
@@ -99,9 +100,9 @@ std::string StragglerReport::line() const {
 void StragglerReport::add_to(JsonRecord& record) const {
   record.add("straggler_rank", waited_for).add("straggler_wait_seconds", waited_seconds);
   for (size_t k = 0; k < compute_ms.size(); ++k) {
-    record.add(concat("rank", k, "_compute_ms"), compute_ms[k])
-        .add(concat("rank", k, "_vs_fastest"), vs_fastest[k])
-        .add(concat("rank", k, "_vs_median"), vs_median[k]);
+    record.add(c10::str("rank", k, "_compute_ms"), compute_ms[k])
+        .add(c10::str("rank", k, "_vs_fastest"), vs_fastest[k])
+        .add(c10::str("rank", k, "_vs_median"), vs_median[k]);
   }
 }
 

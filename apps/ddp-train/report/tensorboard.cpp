@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/atomic_file.h"
 #include "ddp/error.h"
 #include "ddp_build_config.h"
@@ -41,12 +43,12 @@ const char* kNotBuilt =
 }  // namespace
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
-  throw InvalidArgument(concat("--tensorboard ", dir, ": ", kNotBuilt));
+  throw InvalidArgument(c10::str("--tensorboard ", dir, ": ", kNotBuilt));
 }
 void TensorBoardWriter::scalar(const std::string&, double, int64_t) {}
 void TensorBoardWriter::write_record(const std::string&) {}
 std::vector<ScalarEvent> read_events(const std::string& path) {
-  throw InvalidArgument(concat("cannot read ", path, ": ", kNotBuilt));
+  throw InvalidArgument(c10::str("cannot read ", path, ": ", kNotBuilt));
 }
 
 #else
@@ -83,12 +85,12 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   make_directories(dir);
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  path_ = concat(dir, "/events.out.tfevents.", int64_t(seconds_since_epoch()), ".", host, ".",
-                 ::getpid());
+  path_ = c10::str(dir, "/events.out.tfevents.", int64_t(seconds_since_epoch()), ".", host, ".",
+                   ::getpid());
   created_.emplace(path_);
   out_.open(path_, std::ios::binary | std::ios::trunc);
   if (!out_)
-    throw IoError(concat("--tensorboard: cannot write ", path_, ": ", std::strerror(errno)));
+    throw IoError(c10::str("--tensorboard: cannot write ", path_, ": ", std::strerror(errno)));
   tensorboard::Event first;
   first.set_wall_time(seconds_since_epoch());
   first.set_file_version("brain.Event:2");
@@ -115,18 +117,18 @@ void TensorBoardWriter::write_record(const std::string& bytes) {
   put_u32(record, masked_crc(bytes.data(), bytes.size()));
   out_.write(record.data(), std::streamsize(record.size()));
   out_.flush();  // TensorBoard reads the file while it grows
-  if (!out_) throw IoError(concat("--tensorboard: writing ", path_, " failed (disk full?)"));
+  if (!out_) throw IoError(c10::str("--tensorboard: writing ", path_, " failed (disk full?)"));
 }
 
 std::vector<ScalarEvent> read_events(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(concat(path, ": cannot read it"));
+  if (!in) throw IoError(c10::str(path, ": cannot read it"));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<ScalarEvent> scalars;
   size_t at = 0;
   for (int record = 0; at < bytes.size(); ++record) {
     auto bad = [&](const char* what) {
-      return DataError(concat(path, ": record ", record, " at byte ", at, ": ", what));
+      return DataError(c10::str(path, ": record ", record, " at byte ", at, ": ", what));
     };
     if (bytes.size() - at < 12) throw bad("truncated header");
     const uint64_t length = get_le(&bytes[at], 8);

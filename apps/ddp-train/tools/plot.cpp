@@ -11,6 +11,8 @@
 #include <fstream>
 #include <regex>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
 
 namespace ddp::train {
@@ -58,11 +60,11 @@ void plot(const std::vector<EpochPoint>& points, const std::string& out) {
   const bool svg = out.size() > 4 && out.compare(out.size() - 4, 4, ".svg") == 0;
   const bool png = out.size() > 4 && out.compare(out.size() - 4, 4, ".png") == 0;
   if (!svg && !png) {
-    throw InvalidArgument(concat("plot -o ", out, ": the file must end in .png or .svg"));
+    throw InvalidArgument(c10::str("plot -o ", out, ": the file must end in .png or .svg"));
   }
   {  // PLplot exits the process when it cannot open its file: find out first, with a message.
     std::ofstream probe(out);
-    if (!probe) throw IoError(concat("plot -o ", out, ": cannot write it"));
+    if (!probe) throw IoError(c10::str("plot -o ", out, ": cannot write it"));
   }
   std::vector<PLFLT> x, train_loss, test_loss, test_acc;
   for (const auto& p : points) {
@@ -91,10 +93,10 @@ void plot(const std::vector<EpochPoint>& points, const std::string& out) {
 
 #else
 void plot(const std::vector<EpochPoint>&, const std::string& out) {
-  throw InvalidArgument(concat("plot: cannot draw ", out,
-                               ": this ddp-train was built without "
-                               "PLplot (DDP_WITH_PLOT=OFF; Debian: libplplot-dev, "
-                               "plplot-driver-cairo)"));
+  throw InvalidArgument(c10::str("plot: cannot draw ", out,
+                                 ": this ddp-train was built without "
+                                 "PLplot (DDP_WITH_PLOT=OFF; Debian: libplplot-dev, "
+                                 "plplot-driver-cairo)"));
 }
 #endif  // DDP_HAVE_PLOT
 
@@ -102,7 +104,7 @@ void plot(const std::vector<EpochPoint>&, const std::string& out) {
 
 std::vector<EpochPoint> read_epoch_points(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw IoError(concat(path, ": cannot read it (a --metrics file of ddp-train)"));
+  if (!in) throw IoError(c10::str(path, ": cannot read it (a --metrics file of ddp-train)"));
   std::vector<EpochPoint> points;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -110,16 +112,16 @@ std::vector<EpochPoint> read_epoch_points(const std::string& path) {
     EpochPoint p;
     if (!number_field(line, "train_loss", p.train_loss)) continue;  // a step record
     if (!number_field(line, "epoch", p.epoch)) {
-      throw DataError(concat(path, ":", number, ": an epoch record without \"epoch\""));
+      throw DataError(c10::str(path, ":", number, ": an epoch record without \"epoch\""));
     }
     number_field(line, "test_loss", p.test_loss);
     number_field(line, "test_acc", p.test_acc);
     points.push_back(p);
   }
   if (points.empty()) {
-    throw DataError(concat(path,
-                           ": no epoch records (lines with \"train_loss\"); is it a "
-                           "--metrics file of a run that finished an epoch?"));
+    throw DataError(c10::str(path,
+                             ": no epoch records (lines with \"train_loss\"); is it a "
+                             "--metrics file of a run that finished an epoch?"));
   }
   return points;
 }
@@ -132,16 +134,16 @@ int run_plot(const std::vector<std::string>& args) {
       return 0;
     }
     if (args[i] == "-o" || args[i] == "--out") {
-      if (i + 1 >= args.size()) throw InvalidArgument(concat(args[i], " needs a value (FILE)"));
+      if (i + 1 >= args.size()) throw InvalidArgument(c10::str(args[i], " needs a value (FILE)"));
       out = args[++i];
     } else if (metrics.empty() && args[i].rfind("-", 0) != 0) {
       metrics = args[i];
     } else {
-      throw InvalidArgument(concat("plot: unexpected argument '", args[i], "'\n", kPlotUsage));
+      throw InvalidArgument(c10::str("plot: unexpected argument '", args[i], "'\n", kPlotUsage));
     }
   }
   if (metrics.empty() || out.empty()) {
-    throw InvalidArgument(concat("plot needs a metrics file and -o FILE\n", kPlotUsage));
+    throw InvalidArgument(c10::str("plot needs a metrics file and -o FILE\n", kPlotUsage));
   }
   const std::vector<EpochPoint> points = read_epoch_points(metrics);
   plot(points, out);

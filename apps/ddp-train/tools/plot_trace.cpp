@@ -18,8 +18,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/error.h"
-#include "ddp/world.h"  // parse_int
+#include "flags.h"
 
 namespace ddp::train {
 namespace {
@@ -38,7 +40,7 @@ struct Bar {
 
 std::vector<Bar> read_bars(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw IoError(concat(path, ": cannot read it (a --trace file of ddp-train)"));
+  if (!in) throw IoError(c10::str(path, ": cannot read it (a --trace file of ddp-train)"));
   std::stringstream text;
   text << in.rdbuf();
   std::vector<Bar> bars;
@@ -53,7 +55,7 @@ std::vector<Bar> read_bars(const std::string& path) {
                       args.value("step", int64_t(-1))});
     }
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(concat(path, " is not a Chrome trace (--trace): ", e.what()));
+    throw DataError(c10::str(path, " is not a Chrome trace (--trace): ", e.what()));
   }
   return bars;
 }
@@ -100,7 +102,7 @@ void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string&
   for (auto& [key, row] : rows) row = --next;
   plsdev(out.size() > 4 && out.compare(out.size() - 4, 4, ".svg") == 0 ? "svg" : "pngcairo");
   plsfnam(out.c_str());
-  plsetopt("geometry", concat("1200x", 120 + 40 * rows.size()).c_str());
+  plsetopt("geometry", c10::str("1200x", 120 + 40 * rows.size()).c_str());
   plscolbg(255, 255, 255);
   plscol0(15, 0, 0, 0);
   plinit();
@@ -117,8 +119,8 @@ void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string&
          "bucket all-reduces violet");
   for (const auto& [key, row] : rows) {
     const std::string label = key.second == 0
-                                  ? concat("rank ", key.first, " compute")
-                                  : concat("rank ", key.first, " bucket ", key.second - 2);
+                                  ? c10::str("rank ", key.first, " compute")
+                                  : c10::str("rank ", key.first, " bucket ", key.second - 2);
     plmtex("lv", 1.0, (row + 0.5) / double(rows.size()), 1.0, label.c_str());
   }
   plschr(0, 1.0);
@@ -135,9 +137,9 @@ void draw(const std::vector<Bar>& bars, double t0, double t1, const std::string&
 }
 #else
 void draw(const std::vector<Bar>&, double, double, const std::string&, const std::string& out) {
-  throw InvalidArgument(concat("plot-trace: cannot draw ", out,
-                               ": this ddp-train was built without PLplot (DDP_WITH_PLOT=OFF; "
-                               "Debian: libplplot-dev, plplot-driver-cairo)"));
+  throw InvalidArgument(c10::str("plot-trace: cannot draw ", out,
+                                 ": this ddp-train was built without PLplot (DDP_WITH_PLOT=OFF; "
+                                 "Debian: libplplot-dev, plplot-driver-cairo)"));
 }
 #endif
 
@@ -153,29 +155,30 @@ int run_plot_trace(const std::vector<std::string>& args) {
     }
     const bool takes_value = args[i] == "-o" || args[i] == "--out" || args[i] == "--steps";
     if (takes_value && i + 1 >= args.size())
-      throw InvalidArgument(concat("plot-trace: ", args[i], " needs a value"));
+      throw InvalidArgument(c10::str("plot-trace: ", args[i], " needs a value"));
     if (args[i] == "-o" || args[i] == "--out") {
       out = args[++i];
     } else if (args[i] == "--steps") {
-      steps = parse_int(args[++i], "plot-trace --steps", 1, 1000);
+      steps = int(cli::parse_int64("plot-trace --steps", args[++i], 1, 1000));
     } else if (trace.empty() && args[i].rfind("-", 0) != 0) {
       trace = args[i];
     } else {
-      throw InvalidArgument(concat("plot-trace: unexpected argument '", args[i], "'\n", kUsage));
+      throw InvalidArgument(c10::str("plot-trace: unexpected argument '", args[i], "'\n", kUsage));
     }
   }
   if (trace.empty() || out.empty())
-    throw InvalidArgument(concat("plot-trace needs a trace file and -o FILE\n", kUsage));
+    throw InvalidArgument(c10::str("plot-trace needs a trace file and -o FILE\n", kUsage));
   const bool known = out.size() > 4 && (out.compare(out.size() - 4, 4, ".png") == 0 ||
                                         out.compare(out.size() - 4, 4, ".svg") == 0);
-  if (!known) throw InvalidArgument(concat("plot-trace -o ", out, ": it must end in .png or .svg"));
+  if (!known)
+    throw InvalidArgument(c10::str("plot-trace -o ", out, ": it must end in .png or .svg"));
   {  // PLplot exits the process when it cannot open its file: find out first, with a message.
     std::ofstream probe(out);
-    if (!probe) throw IoError(concat("plot-trace -o ", out, ": cannot write it"));
+    if (!probe) throw IoError(c10::str("plot-trace -o ", out, ": cannot write it"));
   }
   double t0 = 0, t1 = 0;
   const std::vector<Bar> bars = last_steps(read_bars(trace), steps, t0, t1);
-  draw(bars, t0, t1, concat("ddp-train --trace: the last ", steps, " step(s) of ", trace), out);
+  draw(bars, t0, t1, c10::str("ddp-train --trace: the last ", steps, " step(s) of ", trace), out);
   std::printf("plot-trace: the last %lld step(s) of %s (%.1f ms) drawn to %s\n", (long long)steps,
               trace.c_str(), (t1 - t0) / 1e3, out.c_str());
   return 0;

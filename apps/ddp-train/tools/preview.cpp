@@ -16,6 +16,8 @@
 
 #if defined(DDP_HAVE_CAIRO)
 #include <cairo.h>
+
+#include <c10/util/StringUtil.h>
 #endif
 
 namespace ddp::train {
@@ -42,13 +44,13 @@ PreviewRequest parse_request(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     const bool has_value = i + 1 < args.size();
     if (a == "-o" || a == "--out" || a == "--save-tensor" || a == "--split") {
-      if (!has_value) throw InvalidArgument(concat("preview: ", a, " needs a value\n", kUsage));
+      if (!has_value) throw InvalidArgument(c10::str("preview: ", a, " needs a value\n", kUsage));
       const std::string& v = args[++i];
       if (a == "--save-tensor") {
         r.save_tensor = v;
       } else if (a == "--split") {
         if (v != "train" && v != "val") {
-          throw InvalidArgument(concat("preview: --split is train or val, not '", v, "'"));
+          throw InvalidArgument(c10::str("preview: --split is train or val, not '", v, "'"));
         }
         r.val = v == "val";
       } else {
@@ -58,9 +60,9 @@ PreviewRequest parse_request(const std::vector<std::string>& args) {
       r.train_flags.push_back(a);
     }
   }
-  if (r.out.empty()) throw InvalidArgument(concat("preview needs -o GRID.png\n", kUsage));
+  if (r.out.empty()) throw InvalidArgument(c10::str("preview needs -o GRID.png\n", kUsage));
   if (r.out.size() < 4 || r.out.compare(r.out.size() - 4, 4, ".png") != 0) {
-    throw InvalidArgument(concat("preview -o ", r.out, ": the file must end in .png"));
+    throw InvalidArgument(c10::str("preview -o ", r.out, ": the file must end in .png"));
   }
   return r;
 }
@@ -135,15 +137,15 @@ void draw_grid(const torch::Tensor& hwc, const std::vector<std::string>& names,
   cairo_surface_destroy(grid);
   if (status != CAIRO_STATUS_SUCCESS) {
     throw Error(
-        concat("preview: cairo could not make the PNG (", cairo_status_to_string(status), ")"));
+        c10::str("preview: cairo could not make the PNG (", cairo_status_to_string(status), ")"));
   }
   write_file_atomic(out, png);
 }
 #else
 void draw_grid(const torch::Tensor&, const std::vector<std::string>&, const std::string& out) {
-  throw InvalidArgument(concat("preview: cannot draw ", out,
-                               ": this ddp-train was built without cairo (DDP_WITH_CAIRO=OFF; "
-                               "Debian: libcairo2-dev)"));
+  throw InvalidArgument(c10::str("preview: cannot draw ", out,
+                                 ": this ddp-train was built without cairo (DDP_WITH_CAIRO=OFF; "
+                                 "Debian: libcairo2-dev)"));
 }
 #endif  // DDP_HAVE_CAIRO
 

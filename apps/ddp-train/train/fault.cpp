@@ -10,9 +10,11 @@
 #include <ctime>
 #include <thread>
 
+#include <c10/util/StringUtil.h>
+
 #include "app_environment.h"
 #include "ddp/error.h"
-#include "ddp/world.h"
+#include "flags.h"
 
 namespace ddp::train {
 
@@ -25,28 +27,30 @@ Fault Fault::from_environment() {
   const size_t at = text.find('@');
   const size_t colon = text.find(':', at);
   if (at == std::string::npos)
-    throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
+    throw InvalidArgument(c10::str(name, ": '", text, "' is not KIND@STEP[:RANK]"));
   f.kind_ = text.substr(0, at);
   if (f.kind_ != "nan" && f.kind_ != "throw" && f.kind_ != "hang" && f.kind_ != "exit" &&
       f.kind_ != "slow" && f.kind_ != "freeze") {
-    throw InvalidArgument(
-        concat(name, ": unknown kind '", f.kind_, "'; use nan, throw, hang, exit, slow or freeze"));
+    throw InvalidArgument(c10::str(name, ": unknown kind '", f.kind_,
+                                   "'; use nan, throw, hang, exit, slow or freeze"));
   }
   const bool timed = f.kind_ == "slow" || f.kind_ == "freeze";  // KIND@STEP:RANK:MS
-  f.step_ = parse_int(
-      text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1),
-      name + " step", 1, 1 << 30);
+  f.step_ = int(cli::parse_int64(
+      name + " step",
+      text.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1), 1,
+      1 << 30));
   const size_t second = colon == std::string::npos ? colon : text.find(':', colon + 1);
   if (timed && second == std::string::npos)
-    throw InvalidArgument(concat(name, ": '", text, "' is not ", f.kind_, "@STEP:RANK:MS"));
+    throw InvalidArgument(c10::str(name, ": '", text, "' is not ", f.kind_, "@STEP:RANK:MS"));
   if (colon != std::string::npos) {
-    f.rank_ =
-        parse_int(text.substr(colon + 1, second == std::string::npos ? second : second - colon - 1),
-                  name + " rank", 0, 1 << 20);
+    f.rank_ = int(cli::parse_int64(
+        name + " rank",
+        text.substr(colon + 1, second == std::string::npos ? second : second - colon - 1), 0,
+        1 << 20));
   }
   if (second != std::string::npos) {
-    if (!timed) throw InvalidArgument(concat(name, ": '", text, "' is not KIND@STEP[:RANK]"));
-    f.slow_ms_ = parse_int(text.substr(second + 1), name + " milliseconds", 1, 3600000);
+    if (!timed) throw InvalidArgument(c10::str(name, ": '", text, "' is not KIND@STEP[:RANK]"));
+    f.slow_ms_ = int(cli::parse_int64(name + " milliseconds", text.substr(second + 1), 1, 3600000));
   }
   return f;
 }
@@ -60,7 +64,7 @@ void Fault::at_loss(int64_t global_step, int rank, torch::Tensor& loss) const {
   if (kind_ == "nan") loss = loss * std::nan("");
   if (kind_ == "throw")
     throw Error(
-        concat("rank ", rank, ": injected fault (", env::kFault, ") at step ", global_step));
+        c10::str("rank ", rank, ": injected fault (", env::kFault, ") at step ", global_step));
   if (kind_ == "exit") std::_Exit(3);
   if (kind_ == "freeze") {
     std::fprintf(stderr, "rank %d: injected freeze (%s) at step %lld for %d ms\n", rank,

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 
+#include <c10/util/StringUtil.h>
 #include <torch/torch.h>
 
 #include "ddp/atomic_file.h"
@@ -197,10 +198,10 @@ StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step
   const auto t3 = now_after(device, exact);
   const bool updated = update(t, totals, [&] {
     const double value = loss.item<double>();
-    return concat("rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss",
-                  " (loss ", value, ") at epoch ", epoch, " step ", step + 1,
-                  "; stopped before the optimizer step, so the weights are the last finite "
-                  "ones. Lower --lr, or pass --on-nan skip");
+    return c10::str("rank ", rank, ": non-finite ", std::isfinite(value) ? "gradient" : "loss",
+                    " (loss ", value, ") at epoch ", epoch, " step ", step + 1,
+                    "; stopped before the optimizer step, so the weights are the last finite "
+                    "ones. Lower --lr, or pass --on-nan skip");
   });
   if (!updated) return outcome;  // the batch is consumed, only the update is skipped
   const auto t4 = now_after(device, exact);
@@ -230,7 +231,7 @@ void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t
       checkpoint_path(t.options.checkpoint_dir, epoch - 1, t.earlier_steps + steps_taken);
   t.optimizer.save_async(t.step_checkpoints, path, *t.setup.model,
                          position_of(t, epoch, steps_taken, false), t.setup.is_root());
-  t.chrome_trace.span(concat("checkpoint snapshot at step ", t.global_step), start, Clock::now());
+  t.chrome_trace.span(c10::str("checkpoint snapshot at step ", t.global_step), start, Clock::now());
 }
 
 // One epoch of training, from where `from` says when it is the run's first (a mid-epoch
@@ -263,8 +264,8 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   // weights and optimizer state stay identical everywhere.
   const std::unique_ptr<Join> join = t.model.join_when_out_of_data(o.no_pad, [&] {
     update(t, totals, [&] {
-      return concat("rank ", t.setup.world.rank, ": non-finite gradient at epoch ", epoch,
-                    " (averaged from the ranks still training; this one had joined)");
+      return c10::str("rank ", t.setup.world.rank, ": non-finite gradient at epoch ", epoch,
+                      " (averaged from the ranks still training; this one had joined)");
     });
   });
   t.reporter.start_epoch(epoch, t.earlier_steps + steps);
@@ -341,12 +342,12 @@ void checkpoint_if_due(const Training& t, int epoch) {
   // A rank missing here is named, instead of the save's collectives timing out. (Under
   // --on-failure continue a lost rank is the heartbeat's to find: this barrier would not abort.)
   if (t.setup.group && !t.setup.ft)
-    t.setup.group->monitored_barrier(to_ms(o.timeout), concat("checkpoint of epoch ", epoch));
+    t.setup.group->monitored_barrier(to_ms(o.timeout), c10::str("checkpoint of epoch ", epoch));
   t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.setup.model, state, root);
   if (root) prune_checkpoints(o.checkpoint_dir, o.keep);
   // Nobody goes on (or reads the checkpoint) before it is complete.
   if (t.setup.group) t.setup.group->barrier();
-  t.chrome_trace.span(concat("checkpoint of epoch ", epoch), start, Clock::now());
+  t.chrome_trace.span(c10::str("checkpoint of epoch ", epoch), start, Clock::now());
 }
 
 }  // namespace
@@ -378,14 +379,15 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const auto started = Clock::now();
   // The output files first: a path that cannot be written fails before start-up's work. (A
   // newcomer of --on-failure continue is never rank 0: it reports nothing.)
-  Reporter reporter(o, world.newcomer ? -1 : world.rank, world.world_size);
+  const bool newcomer = FaultTolerantGroup::is_newcomer(world);
+  Reporter reporter(o, newcomer ? -1 : world.rank, world.world_size);
   StepTrace trace(o.step_trace, world.rank);
   ChromeTrace chrome_trace(o.trace, world.rank);
   // A malformed DDP_FAULT fails before start-up; a newcomer does not repeat the fault of the
   // rank it replaces.
-  const Fault fault = world.newcomer ? Fault() : Fault::from_environment();
+  const Fault fault = newcomer ? Fault() : Fault::from_environment();
   TrainingSetup s = set_up_training(o, world);
-  if (world.newcomer && !s.ft) {
+  if (newcomer && !s.ft) {
     std::printf("the job finished before this newcomer was admitted\n");
     return {};
   }
@@ -395,7 +397,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const int64_t epoch_steps = steps_per_epoch(o, train_size, s.world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
   // A newcomer takes the state from a peer instead (settle_newcomer).
-  Position start = s.world.newcomer ? Position{} : restore(o, s, optimizer);
+  Position start = newcomer ? Position{} : restore(o, s, optimizer);
   if (!o.checkpoint_dir.empty() && s.is_root()) make_directories(o.checkpoint_dir);
   TrainedModel model(o, s);
   DistributedSampler sampler(train_size, s.world.world_size, s.world.rank, sampler_options(o));
@@ -406,7 +408,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   AsyncCheckpointWriter step_checkpoints(o.keep);
   Training t{o,  s,        model, optimizer,         sampler,         loader, trace, chrome_trace,
              {}, reporter, fault, start.global_step, step_checkpoints};
-  if (s.world.newcomer) {
+  if (newcomer) {
     start = settle_newcomer(t);
     t.global_step = start.global_step;
   }
@@ -469,7 +471,7 @@ void print_plan(const TrainOptions& o, int world_size) {
   std::printf(
       "  %d epoch(s), %lld optimizer steps; evaluation: %s\n", o.epochs,
       (long long)(steps * o.epochs),
-      o.no_eval ? "off" : concat(data.test->size(), " test images split over the ranks").c_str());
+      o.no_eval ? "off" : c10::str(data.test->size(), " test images split over the ranks").c_str());
   if (!o.checkpoint_dir.empty()) {
     std::printf("  checkpoints every %d epoch(s) in %s, keeping %d\n", o.checkpoint_every,
                 o.checkpoint_dir.c_str(), o.keep);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/data/image_folder.h"
 #include "ddp/elastic/cpu_binding.h"
 #include "ddp/error.h"
@@ -45,8 +47,8 @@ TrainingData open_memory_sets(const TrainOptions& o, const std::string& dir) {
   });
   const data::ImageShape shape = train->shape();
   if (shape.height != shape.width) {
-    throw DataError(concat(train->description(), ": images are ", shape.height, "x", shape.width,
-                           "; the models need square images"));
+    throw DataError(c10::str(train->description(), ": images are ", shape.height, "x", shape.width,
+                             "; the models need square images"));
   }
   TrainingData d;
   d.train_description = train->description();
@@ -68,9 +70,9 @@ TrainingData open_image_folders(const TrainOptions& o, const std::string& dir) {
     val = std::make_shared<data::ImageFolder>(dir + "/val");
   });
   if (train->classes() != val->classes()) {
-    throw DataError(concat(dir, ": train/ has ", train->classes().size(), " classes and val/ ",
-                           val->classes().size(),
-                           ", or they are named differently: both need the same class folders"));
+    throw DataError(c10::str(dir, ": train/ has ", train->classes().size(), " classes and val/ ",
+                             val->classes().size(),
+                             ", or they are named differently: both need the same class folders"));
   }
   using Kind = data::ImagePipelineOptions::Kind;
   TrainingData d;
@@ -121,9 +123,9 @@ int choose_loader_threads(const TrainOptions& o, int local_world_size, bool gpu,
   const bool bound = launched_with_cpu_binding();
   const int per_rank = bound ? cpus : std::max(1, cpus / std::max(1, local_world_size));
   if (gpu) {  // the GPU computes: all of this rank's CPUs but the one that drives it decode
-    reason =
-        bound ? concat("its ", cpus, " CPU(s), less one for the GPU")
-              : concat(cpus, " cores / ", local_world_size, " local workers, less one for the GPU");
+    reason = bound ? c10::str("its ", cpus, " CPU(s), less one for the GPU")
+                   : c10::str(cpus, " cores / ", local_world_size,
+                              " local workers, less one for the GPU");
     return std::max(1, per_rank - 1);
   }
   // On the CPU the model's threads use every core: one decoder per rank shares them, as decoding

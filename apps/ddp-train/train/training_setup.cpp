@@ -5,13 +5,17 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <c10/util/StringUtil.h>
+
 #include "ddp/allocator.h"
 #include "ddp/data/download.h"
 #include "ddp/elastic/cpu_binding.h"
+#include "ddp/elastic/job_progress.h"
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/sync_batchnorm.h"
 #include "flag_hint.h"
+#include "flags.h"
 #include "recovery/regroup.h"
 
 namespace ddp::train {
@@ -31,23 +35,23 @@ torch::Device training_device(const DeviceChoice& choice, const WorldInfo& world
   }
   if (!torch::cuda::is_available()) {
     throw InvalidArgument(
-        concat("--device ", to_string(choice),
-               ": no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no GPU is "
-               "visible: check nvidia-smi and ",
-               env::kCudaVisibleDevices, "); use --device cpu"));
+        c10::str("--device ", to_string(choice),
+                 ": no GPU is usable (this LibTorch has no CUDA, as Debian's 1.13, or no GPU is "
+                 "visible: check nvidia-smi and ",
+                 env::kCudaVisibleDevices, "); use --device cpu"));
   }
   const int gpus = int(torch::cuda::device_count());
   if (choice.index >= 0) {
     if (choice.index >= gpus) {
-      throw InvalidArgument(concat("--device ", to_string(choice), ": this node has ", gpus,
-                                   " GPU(s) visible, cuda:0 to cuda:", gpus - 1));
+      throw InvalidArgument(c10::str("--device ", to_string(choice), ": this node has ", gpus,
+                                     " GPU(s) visible, cuda:0 to cuda:", gpus - 1));
     }
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice.index));
   }
   if (world.local_rank >= gpus) {
-    throw InvalidArgument(concat("--device cuda: local rank ", world.local_rank,
-                                 " needs GPU cuda:", world.local_rank, ", but this node has ", gpus,
-                                 " visible; start at most ", gpus, " workers per node"));
+    throw InvalidArgument(c10::str("--device cuda: local rank ", world.local_rank,
+                                   " needs GPU cuda:", world.local_rank, ", but this node has ",
+                                   gpus, " visible; start at most ", gpus, " workers per node"));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank));
 }
@@ -71,12 +75,11 @@ ProcessGroupOptions group_options(const TrainOptions& o, const TrainingSetup& s)
   pg.debug_collectives(o.debug_collectives);
   // A restart's flight records say which it is, and an elastic round's why it began
   // (docs/fault-tolerance.md).
-  if (!s.world.progress_key.empty()) {
-    pg.description(concat("round ", s.world.restart_count + 1, " (world size ", s.world.world_size,
-                          s.world.round_cause.empty() ? "" : "; because ", s.world.round_cause,
-                          ")"));
+  if (const std::optional<std::string> cause = JobProgress::round_cause(s.world)) {
+    pg.description(c10::str("round ", s.world.restart_count + 1, " (world size ",
+                            s.world.world_size, cause->empty() ? "" : "; because ", *cause, ")"));
   } else if (s.world.restart_count > 0) {
-    pg.description(concat("restart ", s.world.restart_count));
+    pg.description(c10::str("restart ", s.world.restart_count));
   }
   return pg;
 }
@@ -92,7 +95,7 @@ std::shared_ptr<ProcessGroup> open_group(const TrainOptions& o, const TrainingSe
 void open_fault_tolerant_group(const TrainOptions& o, TrainingSetup& s) {
   check_fault_tolerance_options(o);
   const FaultToleranceOptions options = FaultToleranceOptions().group(group_options(o, s));
-  if (s.world.newcomer) std::printf("ddp-train: a newcomer, waiting to be admitted to the job\n");
+  if (s.newcomer) std::printf("ddp-train: a newcomer, waiting to be admitted to the job\n");
   s.ft = FaultTolerantGroup::from_environment(options, s.world);
   if (!s.ft) return;
   s.group = s.ft->group();
@@ -127,11 +130,11 @@ void synchronise_batch_norm(const TrainOptions& o, TrainingSetup& s) {
   const int synced = convert_sync_batchnorm(*s.model, s.group);
   if (synced > 0 && s.ft) {
     throw InvalidArgument(
-        concat("--on-failure continue cannot keep the SyncBatchNorm layers of --model ",
-               to_string(o.model), " (they hold one group of ranks): add --local-batchnorm"));
+        c10::str("--on-failure continue cannot keep the SyncBatchNorm layers of --model ",
+                 to_string(o.model), " (they hold one group of ranks): add --local-batchnorm"));
   }
   if (synced > 0 && o.no_pad) {
-    throw InvalidArgument(concat(
+    throw InvalidArgument(c10::str(
         "--no-pad cannot be used with --model ", to_string(o.model), " on ", s.world.world_size,
         " ranks: its SyncBatchNorm layers need every rank's batch in every forward, "
         "which a rank out of data cannot shadow; leave out --no-pad (the shards are "
@@ -177,15 +180,16 @@ int choose_threads(const TrainOptions& options, const WorldInfo& world, std::str
   }
   if (const char* omp = std::getenv(env::kOmpNumThreads); omp != nullptr && *omp != '\0') {
     reason = env::kOmpNumThreads;
-    return parse_int(omp, concat("environment variable ", env::kOmpNumThreads), 1, 1024);
+    return int(
+        cli::parse_int64(c10::str("environment variable ", env::kOmpNumThreads), omp, 1, 1024));
   }
   // The CPUs this process may use (taskset, a batch system or the launcher's --cpu-bind).
   const int cpus = int(std::max<size_t>(1, allowed_cpus().size()));
   if (launched_with_cpu_binding()) {
-    reason = concat("its ", cpus, " CPU(s), --cpu-bind cores");  // this rank's share alone
+    reason = c10::str("its ", cpus, " CPU(s), --cpu-bind cores");  // this rank's share alone
     return cpus;
   }
-  reason = concat(cpus, " cores / ", world.local_world_size, " local workers");
+  reason = c10::str(cpus, " cores / ", world.local_world_size, " local workers");
   return std::max(1, cpus / std::max(1, world.local_world_size));
 }
 
@@ -225,10 +229,12 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   s.device = training_device(o.device, world);
   s.precision = o.precision;
   // Gloo under --on-failure continue, whose ranks must be able to leave a collective.
-  s.backend = world.fault_tolerant ? "gloo" : backend_for(o.backend, s.device);
-  if (world.newcomer) {
+  s.newcomer = FaultTolerantGroup::is_newcomer(world);
+  const bool fault_tolerant = FaultTolerantGroup::requested(world);
+  s.backend = fault_tolerant ? "gloo" : backend_for(o.backend, s.device);
+  if (s.newcomer) {
     s.world.rank = -1;  // nobody's rank 0 until admitted, once ready to train (below)
-  } else if (world.fault_tolerant) {
+  } else if (fault_tolerant) {
     open_fault_tolerant_group(o, s);
   } else if (world.world_size > 1) {
     s.group = open_group(o, s);
@@ -236,7 +242,7 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
   if (s.is_root()) {
     const bool one_gpu = o.device.index >= 0;
     const std::string device = one_gpu              ? to_string(o.device)
-                               : s.device.is_cuda() ? concat("cuda:", env::kLocalRank)
+                               : s.device.is_cuda() ? c10::str("cuda:", env::kLocalRank)
                                                     : "cpu";
     std::printf(
         "ddp-train: world size %d (%s), device %s, backend %s, %d intra-op thread(s) per worker "
@@ -257,10 +263,10 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
                 s.loader_options.pin_memory() ? ", in pinned memory" : "");
   }
   // A newcomer asks to be admitted once it is ready: the others wait for it at the step.
-  if (world.newcomer) open_fault_tolerant_group(o, s);
+  if (s.newcomer) open_fault_tolerant_group(o, s);
   // A rank that never got this far is named here rather than timing out in a collective later.
   // (A newcomer is admitted when the others are well past theirs.)
-  if (s.group && !world.newcomer) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
+  if (s.group && !s.newcomer) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
   return s;
 }
 

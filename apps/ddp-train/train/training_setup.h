@@ -31,6 +31,9 @@ struct TrainingSetup {
   /// --on-failure continue (the launcher's DDP_ON_FAILURE): the group's generations; `group`,
   /// world.rank and world.world_size follow its current one (regroup.h). Null otherwise.
   std::shared_ptr<FaultTolerantGroup> ft;
+  /// Started by the launcher to join the running job (FaultTolerantGroup::is_newcomer): rank -1
+  /// until admitted, its state from a peer.
+  bool newcomer = false;
   TrainingData data;
   std::shared_ptr<models::ClassifierImpl> model;
   data::LoaderOptions loader_options;  // the training loader's

@@ -37,6 +37,9 @@ class JobProgress {
   /// other ranks, without DDP_PROGRESS_KEY, or when the store cannot be used (said in one line
   /// on stderr: the progress is only reported, training goes on without it).
   static std::unique_ptr<JobProgress> from_environment(const WorldInfo& world);
+  /// Under an elastic agent (DDP_PROGRESS_KEY set), on any rank: why the agent began this
+  /// round (empty in the first); nullopt without one.
+  static std::optional<std::string> round_cause(const WorldInfo& world);
   ~JobProgress();  // sends the newest step first (not when a signal ends the process)
   JobProgress(const JobProgress&) = delete;
   JobProgress& operator=(const JobProgress&) = delete;

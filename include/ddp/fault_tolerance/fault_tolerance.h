@@ -89,8 +89,14 @@ class FaultTolerantGroup {
   /// first (a member called finish()); throws TimeoutError after join_timeout.
   static std::unique_ptr<FaultTolerantGroup> join(c10::intrusive_ptr<c10d::Store> store,
                                                   const FaultToleranceOptions& options);
+  /// Whether the launcher asked for this group: launch() with on_failure "continue"
+  /// (DDP_ON_FAILURE=continue).
+  static bool requested(const WorldInfo& world = WorldInfo::from_environment());
+  /// Whether the launcher started this worker to join the running job (DDP_NEWCOMER=1): its
+  /// rank comes from the group once admitted, its state from a peer.
+  static bool is_newcomer(const WorldInfo& world = WorldInfo::from_environment());
   /// As launch() with on_failure "continue" left it: the job's store (the launcher hosts it,
-  /// so it outlives every worker), then join() for a newcomer (WorldInfo::newcomer), else
+  /// so it outlives every worker), then join() for a newcomer (is_newcomer()), else
   /// start(). Throws InvalidArgument when the store would die with a worker (no launcher).
   static std::unique_ptr<FaultTolerantGroup> from_environment(
       const FaultToleranceOptions& options, const WorldInfo& world = WorldInfo::from_environment());
