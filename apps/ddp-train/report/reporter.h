@@ -68,7 +68,7 @@ class Reporter {
             int64_t images);
   /// The epoch's line, metrics record and TensorBoard points.
   void end_epoch(const EpochReport& report, int64_t global_step);
-  /// A change of the ranks under --on-failure continue (regroup.h): its metrics record.
+  /// A change of the ranks (recovery/recovery.h): its metrics record.
   void membership_change(const JsonRecord& record);
   /// The run at a glance: a row per epoch, the best and final accuracy, the final per class.
   void summary(const std::vector<EpochResult>& results) const;

@@ -21,7 +21,7 @@ double LockstepBaseline::wait() {
 TrainedModel::TrainedModel(const TrainOptions& o, const TrainingSetup& s)
     : module_(s.model), device_(s.device), precision_(s.precision) {
   if (!s.group) return;
-  if (s.newcomer) return;  // wrapped by regroup(), once it holds the state
+  if (s.newcomer) return;  // wrapped by its Recovery::begin(), once it holds the state
   if (!o.no_sync_baseline) {
     regroup(o, s);
     return;

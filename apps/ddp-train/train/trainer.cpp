@@ -15,8 +15,7 @@
 #include "ddp/error.h"
 #include "ddp/sampler.h"
 #include "flag_hint.h"
-#include "recovery/new_round.h"
-#include "recovery/regroup.h"
+#include "recovery/recovery.h"
 #include "train/evaluation.h"
 #include "train/training.h"
 
@@ -115,32 +114,32 @@ struct EpochTotals {
 // `stop_message()`) or, with --on-nan skip, consumes the step without an update. Returns whether
 // the weights were updated.
 bool update(Training& t, EpochTotals& totals, const std::function<std::string()>& stop_message) {
-  const bool finite = gradients_finite(t.model.module());
+  const bool finite = gradients_finite(t.model->module());
   if (!finite) {
     if (t.options.on_nan == OnNan::kStop) throw Error(stop_message());
     ++totals.skipped_steps;
     ++t.global_step;
-    t.optimizer.zero_grad();
+    t.optimizer->zero_grad();
   } else {
-    t.optimizer.step(t.global_step++);
+    t.optimizer->step(t.global_step++);
   }
-  if (t.progress) t.progress->publish(t.global_step);  // what a restart would lose
+  t.recovery->step_done();
   return finite;
 }
 
 // A finished step's times, to --step-trace, --trace and the straggler report.
 void observe_step(Training& t, const StepTrace::Step& s) {
-  t.trace.write(s);
+  t.trace->write(s);
   // Compute: all of the step but the waits for the batch and for the gradients' all-reduce.
   t.stragglers.step(seconds_between(s.batch_ready, s.backward_done) +
                     seconds_between(s.averaged, s.done));
-  if (!t.chrome_trace.enabled()) return;
-  t.chrome_trace.span("step", s.start, s.done, s.global_step);
-  t.chrome_trace.span("data wait", s.start, s.batch_ready, s.global_step);
-  t.chrome_trace.span("forward", s.batch_ready, s.forward_done, s.global_step);
-  t.chrome_trace.span("backward", s.forward_done, s.backward_done, s.global_step);
-  t.chrome_trace.span("all-reduce wait", s.backward_done, s.averaged, s.global_step);
-  t.chrome_trace.span("optimizer", s.averaged, s.done, s.global_step);
+  if (!t.chrome_trace->enabled()) return;
+  t.chrome_trace->span("step", s.start, s.done, s.global_step);
+  t.chrome_trace->span("data wait", s.start, s.batch_ready, s.global_step);
+  t.chrome_trace->span("forward", s.batch_ready, s.forward_done, s.global_step);
+  t.chrome_trace->span("backward", s.forward_done, s.backward_done, s.global_step);
+  t.chrome_trace->span("all-reduce wait", s.backward_done, s.averaged, s.global_step);
+  t.chrome_trace->span("optimizer", s.averaged, s.done, s.global_step);
 }
 
 // What became of one step.
@@ -160,22 +159,20 @@ torch::Tensor forward_backward(Training& t, const data::Batch& batch, bool exact
   torch::Tensor loss;
   bool ok = true;
   try {
-    loss = torch::nn::functional::cross_entropy(t.model.forward(batch.images), batch.labels);
+    loss = torch::nn::functional::cross_entropy(t.model->forward(batch.images), batch.labels);
     t.fault.at_loss(t.global_step + 1, t.setup.world.rank, loss);
     forward_done = now_after(t.setup.device, exact);
-    t.optimizer.zero_grad();
+    t.optimizer->zero_grad();
     loss.backward();
-    exposed = t.model.exposed_wait_seconds();
+    exposed = t.model->exposed_wait_seconds();
   } catch (const PeerFailure&) {
-    if (!t.setup.ft) throw;
+    if (!t.recovery->survives_peer_failure()) throw;
     ok = false;
   }
-  if (t.setup.ft) {
-    const StepVerdict verdict = t.setup.ft->vote(ok);
-    outcome.committed = verdict.commit;
-    outcome.regroup = verdict.reconfigure;
-    if (!verdict.commit) t.optimizer.zero_grad();
-  }
+  const StepVerdict verdict = t.recovery->vote(ok);
+  outcome.committed = verdict.commit;
+  outcome.regroup = verdict.reconfigure;
+  if (!verdict.commit) t.optimizer->zero_grad();
   return loss;
 }
 
@@ -183,10 +180,10 @@ torch::Tensor forward_backward(Training& t, const data::Batch& batch, bool exact
 StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step) {
   const int rank = t.setup.world.rank;
   const torch::Device device = t.setup.device;
-  const bool exact = t.trace.enabled() || t.chrome_trace.enabled();  // see now_after()
+  const bool exact = t.trace->enabled() || t.chrome_trace->enabled();  // see now_after()
   const auto t0 = Clock::now();
   if (t.setup.group) t.setup.group->recorder().set_step(t.global_step + 1);
-  std::optional<data::Batch> batch = t.loader.next();
+  std::optional<data::Batch> batch = t.loader->next();
   if (!batch) return {t0, true};
   batch->to(device);
   const auto t1 = now_after(device, exact);
@@ -216,8 +213,8 @@ StepOutcome train_step(Training& t, EpochTotals& totals, int epoch, int64_t step
   const int64_t count = batch->labels.size(0);
   totals.loss_sum += loss.detach().to(torch::kFloat64) * double(count);
   totals.images += count;
-  t.reporter.step(epoch, t.earlier_steps + step, t.global_step, loss, t.optimizer.lr(),
-                  totals.images);
+  t.reporter->step(epoch, t.earlier_steps + step, t.global_step, loss, t.optimizer->lr(),
+                   totals.images);
   return outcome;
 }
 
@@ -229,9 +226,10 @@ void checkpoint_step_if_due(Training& t, int epoch, int64_t steps_taken, int64_t
   const auto start = Clock::now();
   const std::string path =
       checkpoint_path(t.options.checkpoint_dir, epoch - 1, t.earlier_steps + steps_taken);
-  t.optimizer.save_async(t.step_checkpoints, path, *t.setup.model,
-                         position_of(t, epoch, steps_taken, false), t.setup.is_root());
-  t.chrome_trace.span(c10::str("checkpoint snapshot at step ", t.global_step), start, Clock::now());
+  t.optimizer->save_async(*t.step_checkpoints, path, *t.setup.model,
+                          position_of(t, epoch, steps_taken, false), t.setup.is_root());
+  t.chrome_trace->span(c10::str("checkpoint snapshot at step ", t.global_step), start,
+                       Clock::now());
 }
 
 // One epoch of training, from where `from` says when it is the run's first (a mid-epoch
@@ -242,14 +240,14 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   const int64_t first_step = resumed ? from.step_in_epoch : 0;
   const int64_t taken = resumed ? from.taken_in_epoch : 0;
   // This world's shard (under --on-failure continue the world may have changed since).
-  t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), t.setup.world.world_size,
-                                 t.setup.world.rank, t.sampler.options());
-  t.sampler.set_epoch_remainder(epoch - 1, taken);
+  *t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), t.setup.world.world_size,
+                                  t.setup.world.rank, t.sampler->options());
+  t.sampler->set_epoch_remainder(epoch - 1, taken);
   t.taken_in_epoch = taken;
   t.earlier_steps = resumed ? from.earlier_steps : 0;
-  const int64_t bad_before = t.loader.bad_samples();
-  t.loader.start_epoch(t.sampler.indices(), epoch - 1, first_step);
-  int64_t steps = steps_of(o, t.loader.num_batches());
+  const int64_t bad_before = t.loader->bad_samples();
+  t.loader->start_epoch(t.sampler->indices(), epoch - 1, first_step);
+  int64_t steps = steps_of(o, t.loader->num_batches());
   if (taken > 0 && t.setup.is_root()) {
     std::printf(
         "epoch %d: %lld of its samples were trained at another world size; the other %lld are "
@@ -262,38 +260,38 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   totals.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(t.setup.device));
   // --no-pad: a rank out of batches shadows the others' steps, optimizer step included, so
   // weights and optimizer state stay identical everywhere.
-  const std::unique_ptr<Join> join = t.model.join_when_out_of_data(o.no_pad, [&] {
+  const std::unique_ptr<Join> join = t.model->join_when_out_of_data(o.no_pad, [&] {
     update(t, totals, [&] {
       return c10::str("rank ", t.setup.world.rank, ": non-finite gradient at epoch ", epoch,
                       " (averaged from the ranks still training; this one had joined)");
     });
   });
-  t.reporter.start_epoch(epoch, t.earlier_steps + steps);
+  t.reporter->start_epoch(epoch, t.earlier_steps + steps);
   const auto start = Clock::now();
   for (int64_t step = first_step; step < steps;) {
     const StepOutcome outcome = train_step(t, totals, epoch, step);
     if (outcome.end_of_data) break;
     if (outcome.committed) checkpoint_step_if_due(t, epoch, ++step, steps);
     if (outcome.regroup) {  // --on-failure continue: the rest of the epoch on other ranks
-      regroup(t, epoch, step, !outcome.committed, outcome.start);
+      t.recovery->next_generation(epoch, step, !outcome.committed, outcome.start);
       step = 0;
-      steps = steps_of(o, t.loader.num_batches());
+      steps = steps_of(o, t.loader->num_batches());
       if (o.max_steps > 0)
         steps = std::max<int64_t>(0, std::min(steps, o.max_steps - t.earlier_steps));
-      t.reporter.start_epoch(epoch, t.earlier_steps + steps);
+      t.reporter->start_epoch(epoch, t.earlier_steps + steps);
     }
   }
   if (join) join->join();                  // shadowed steps count in global_step too
   t.taken_in_epoch = t.earlier_steps = 0;  // the epoch is whole
   const double local_seconds = seconds_between(start, Clock::now());
   EpochReport report;
-  run_phase(t, epoch, [&] {
+  t.recovery->run_phase(epoch, [&] {
     ProcessGroup* group = t.setup.group.get();
     // The job's epoch ends when its last rank's does: with DDP the ranks finish within a step of
     // each other, under --no-sync-baseline they drift apart, and the slowest one is the pace.
     const double seconds = max_over_ranks(group, local_seconds);
     std::vector<double> sums = {totals.loss_sum.item<double>(), double(totals.images),
-                                double(t.loader.bad_samples() - bad_before)};
+                                double(t.loader->bad_samples() - bad_before)};
     sum_over_ranks(group, sums);
     report.result.epoch = epoch;
     report.result.train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0;
@@ -305,14 +303,14 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   });
   report.times = totals.times;
   report.skipped_steps = totals.skipped_steps;
-  report.comm_bytes_per_step = t.model.bytes_communicated_per_step();
+  report.comm_bytes_per_step = t.model->bytes_communicated_per_step();
   return report;
 }
 
 void add_evaluation(const Training& t, EpochResult& r) {
   const auto start = Clock::now();
   const Evaluation e = evaluate(t.setup);
-  t.chrome_trace.span("evaluation", start, Clock::now());
+  t.chrome_trace->span("evaluation", start, Clock::now());
   r.test_loss = e.loss;
   r.test_acc = e.accuracy;
   r.test_images = e.total;
@@ -322,10 +320,10 @@ void add_evaluation(const Training& t, EpochResult& r) {
 // Optimizer memory: rank 0's state, and (said once, with --zero) all ranks' together, which is
 // the unsharded size. A collective.
 double optimizer_state_mb(const Training& t, bool first_epoch) {
-  std::vector<double> state_mb = {double(t.optimizer.local_state_bytes()) / 1e6};
+  std::vector<double> state_mb = {double(t.optimizer->local_state_bytes()) / 1e6};
   const double rank0 = state_mb[0];
   sum_over_ranks(t.setup.group.get(), state_mb);
-  if (t.optimizer.sharded() && t.setup.is_root() && first_epoch) {
+  if (t.optimizer->sharded() && t.setup.is_root() && first_epoch) {
     std::printf("optimizer state (--zero): %.2f MB on rank 0, %.2f MB over all %d ranks\n", rank0,
                 state_mb[0], t.setup.world.world_size);
   }
@@ -336,18 +334,18 @@ void checkpoint_if_due(const Training& t, int epoch) {
   const TrainOptions& o = t.options;
   if (o.checkpoint_dir.empty() || (epoch % o.checkpoint_every != 0 && epoch != o.epochs)) return;
   const auto start = Clock::now();
-  t.step_checkpoints.wait();  // the last step checkpoint first: one writer of the folder
+  t.step_checkpoints->wait();  // the last step checkpoint first: one writer of the folder
   const CheckpointState state = position_of(t, epoch, 0, true);
   const bool root = t.setup.is_root();
   // A rank missing here is named, instead of the save's collectives timing out. (Under
   // --on-failure continue a lost rank is the heartbeat's to find: this barrier would not abort.)
   if (t.setup.group && !t.setup.ft)
     t.setup.group->monitored_barrier(to_ms(o.timeout), c10::str("checkpoint of epoch ", epoch));
-  t.optimizer.save(checkpoint_path(o.checkpoint_dir, epoch), *t.setup.model, state, root);
+  t.optimizer->save(checkpoint_path(o.checkpoint_dir, epoch), *t.setup.model, state, root);
   if (root) prune_checkpoints(o.checkpoint_dir, o.keep);
   // Nobody goes on (or reads the checkpoint) before it is complete.
   if (t.setup.group) t.setup.group->barrier();
-  t.chrome_trace.span(c10::str("checkpoint of epoch ", epoch), start, Clock::now());
+  t.chrome_trace->span(c10::str("checkpoint of epoch ", epoch), start, Clock::now());
 }
 
 }  // namespace
@@ -396,7 +394,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   // rank 0 with the state).
   const int64_t epoch_steps = steps_per_epoch(o, train_size, s.world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
-  // A newcomer takes the state from a peer instead (settle_newcomer).
+  // A newcomer takes the state from a peer instead (Recovery::begin).
   Position start = newcomer ? Position{} : restore(o, s, optimizer);
   if (!o.checkpoint_dir.empty() && s.is_root()) make_directories(o.checkpoint_dir);
   TrainedModel model(o, s);
@@ -406,30 +404,31 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   reporter.set_class_names(s.data.class_names);
   reporter.start();
   AsyncCheckpointWriter step_checkpoints(o.keep);
-  Training t{o,  s,        model, optimizer,         sampler,         loader, trace, chrome_trace,
-             {}, reporter, fault, start.global_step, step_checkpoints};
-  if (newcomer) {
-    start = settle_newcomer(t);
-    t.global_step = start.global_step;
-  }
-  // Under --on-failure restart, where the previous round got (the agent's store keeps it).
-  const std::unique_ptr<JobProgress> progress =
-      s.ft ? nullptr : JobProgress::from_environment(s.world);
-  t.progress = progress.get();
-  if (progress && s.world.restart_count > 0) {
-    report_new_round(t, *progress, start.global_step, started);
-  }
-  if (progress) progress->publish(start.global_step);  // this round started, if nothing more
+  Training t(o, s);
+  t.model = &model;
+  t.optimizer = &optimizer;
+  t.sampler = &sampler;
+  t.loader = &loader;
+  t.trace = &trace;
+  t.chrome_trace = &chrome_trace;
+  t.reporter = &reporter;
+  t.step_checkpoints = &step_checkpoints;
+  t.fault = fault;
+  t.global_step = start.global_step;
+  const std::unique_ptr<Recovery> recovery = Recovery::for_run(t, started);
+  t.recovery = recovery.get();
+  start = recovery->begin(start);
+  t.global_step = start.global_step;
   std::vector<EpochResult> results;
   for (int epoch = start.epoch; epoch <= o.epochs; ++epoch) {
     EpochReport report = train_epoch(t, epoch, start);
-    run_phase(t, epoch, [&] {
+    recovery->run_phase(epoch, [&] {
       if (!o.no_eval) add_evaluation(t, report.result);
       report.optimizer_state_mb = optimizer_state_mb(t, epoch == start.epoch);
     });
     reporter.end_epoch(report, t.global_step);
     results.push_back(report.result);
-    run_phase(t, epoch, [&] { checkpoint_if_due(t, epoch); });
+    recovery->run_phase(epoch, [&] { checkpoint_if_due(t, epoch); });
   }
   step_checkpoints.wait();  // a write error is the run's
   if (!o.export_path.empty() && s.is_root()) {
@@ -437,9 +436,9 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
     std::printf("exported the model's state dict to %s\n", o.export_path.c_str());
   }
   reporter.summary(results);
-  run_phase(t, o.epochs, [&] { chrome_trace.write(s.group.get()); });
+  recovery->run_phase(o.epochs, [&] { chrome_trace.write(s.group.get()); });
   print_fingerprint(s.world.rank, *s.model);
-  if (s.ft) s.ft->finish();
+  recovery->finish();
   return results;
 }
 

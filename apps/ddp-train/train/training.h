@@ -1,12 +1,11 @@
 // What a training run works with once it is set up (trainer.cpp), and where it stands: shared by
-// the epoch loop and by what happens when the group changes under it (regroup.h).
+// the epoch loop and by what happens when the group changes under it (recovery/recovery.h).
 #pragma once
 
 #include <cstdint>
 
 #include "ddp/checkpoint/async_checkpoint.h"
 #include "ddp/checkpoint/checkpoint.h"
-#include "ddp/elastic/job_progress.h"
 #include "ddp/sampler.h"
 #include "report/chrome_trace.h"
 #include "report/reporter.h"
@@ -18,6 +17,8 @@
 #include "train/training_setup.h"
 
 namespace ddp::train {
+
+class Recovery;
 
 // Where a run starts: after a checkpoint's epoch and step, or at the beginning.
 struct Position {
@@ -35,25 +36,33 @@ struct Position {
 /// world visited of the epoch is skipped and the rest shared out.
 Position position_from(const CheckpointState& state, int world_size, int64_t batch_size);
 
-// Everything an epoch of training works with, set up once.
+// Everything an epoch of training works with, set up once. Built from the options and the
+// set-up, then each part given by name (run_training()):
+//   Training t(o, s);
+//   t.model = &model;
+//   t.optimizer = &optimizer;  // ... every part, before the first step
 struct Training {
+  Training(const TrainOptions& options, TrainingSetup& setup) : options(options), setup(setup) {}
+
   const TrainOptions& options;
   TrainingSetup& setup;  // its group, rank and world size change under --on-failure continue
-  TrainedModel& model;
-  TrainOptimizer& optimizer;
-  DistributedSampler& sampler;
-  data::Loader& loader;
-  StepTrace& trace;
-  ChromeTrace& chrome_trace;
+  // The parts, owned by run_training():
+  TrainedModel* model = nullptr;
+  TrainOptimizer* optimizer = nullptr;
+  DistributedSampler* sampler = nullptr;
+  data::Loader* loader = nullptr;
+  StepTrace* trace = nullptr;
+  ChromeTrace* chrome_trace = nullptr;
+  Reporter* reporter = nullptr;
+  AsyncCheckpointWriter* step_checkpoints = nullptr;  // --checkpoint-every-steps
+  Recovery* recovery = nullptr;  // what a membership change does (recovery/recovery.h)
+  Fault fault;
   StragglerWatch stragglers;
-  Reporter& reporter;
-  const Fault fault;
-  int64_t global_step;
-  AsyncCheckpointWriter& step_checkpoints;  // --checkpoint-every-steps
-  int64_t taken_in_epoch = 0;               // of the epoch running: see Position
-  int64_t earlier_steps = 0;                // likewise
-  bool has_state = true;                    // false: a newcomer, until a peer's state arrives
-  JobProgress* progress = nullptr;          // rank 0's under an elastic agent, else null
+  // Where the run stands.
+  int64_t global_step = 0;
+  int64_t taken_in_epoch = 0;  // of the epoch running: see Position
+  int64_t earlier_steps = 0;   // likewise
+  bool has_state = true;       // false: a newcomer, until a peer's state arrives
 };
 
 /// The run's place, for a checkpoint: epoch `epoch` done, or `steps_taken` steps of it taken at

@@ -16,7 +16,6 @@
 #include "ddp/sync_batchnorm.h"
 #include "flag_hint.h"
 #include "flags.h"
-#include "recovery/regroup.h"
 
 namespace ddp::train {
 

@@ -29,7 +29,8 @@ struct TrainingSetup {
   std::string backend;                  // the process group's ("none" on one rank)
   std::shared_ptr<ProcessGroup> group;  // null on one rank
   /// --on-failure continue (the launcher's DDP_ON_FAILURE): the group's generations; `group`,
-  /// world.rank and world.world_size follow its current one (regroup.h). Null otherwise.
+  /// world.rank and world.world_size follow its current generation (recovery/recovery.h). Null
+  /// otherwise.
   std::shared_ptr<FaultTolerantGroup> ft;
   /// Started by the launcher to join the running job (FaultTolerantGroup::is_newcomer): rank -1
   /// until admitted, its state from a peer.

@@ -1,4 +1,4 @@
-#include "recovery/regroup.h"
+#include "recovery/recovery.h"
 
 #include <unistd.h>
 
@@ -44,7 +44,7 @@ std::string state_file() {
 // The run as a checkpoint's bytes (rank 0).
 std::string state_bytes(Training& t, const CheckpointState& state) {
   const std::string path = state_file();
-  t.optimizer.save(path, *t.setup.model, state, /*is_root=*/true);
+  t.optimizer->save(path, *t.setup.model, state, /*is_root=*/true);
   std::ifstream in(path, std::ios::binary);
   std::ostringstream bytes;
   bytes << in.rdbuf();
@@ -59,7 +59,7 @@ CheckpointState load_state_bytes(Training& t, const std::string& bytes) {
     out << bytes;
     if (!out.flush()) throw IoError(c10::str("cannot write the state from rank 0 to ", path));
   }
-  const CheckpointState state = t.optimizer.load(path, *t.setup.model);
+  const CheckpointState state = t.optimizer->load(path, *t.setup.model);
   std::remove(path.c_str());
   if (state.rng_state.defined()) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -85,10 +85,10 @@ std::optional<CheckpointState> share_state(Training& t, int epoch, bool epoch_do
   if (root) bytes = state_bytes(t, position_of(t, epoch, 0, epoch_done));
   broadcast_bytes(group, bytes);
   // The schedule's epoch length too: the first world's, which a newcomer may not know.
-  torch::Tensor epoch_steps = torch::tensor({t.optimizer.steps_per_epoch()});
+  torch::Tensor epoch_steps = torch::tensor({t.optimizer->steps_per_epoch()});
   group.broadcast(epoch_steps, 0).wait();
   if (t.has_state) return std::nullopt;
-  t.optimizer.set_steps_per_epoch(epoch_steps.item<int64_t>());
+  t.optimizer->set_steps_per_epoch(epoch_steps.item<int64_t>());
   CheckpointState state = load_state_bytes(t, bytes);
   t.has_state = true;
   return state;
@@ -98,18 +98,18 @@ std::optional<CheckpointState> share_state(Training& t, int epoch, bool epoch_do
 // meanwhile, and then runs again on the next one.
 void adopt(Training& t, int epoch, bool epoch_done, std::optional<CheckpointState>& received) {
   adopt_generation(t.setup);
-  if (t.chrome_trace.enabled()) t.chrome_trace.watch(t.setup.group->recorder());
+  if (t.chrome_trace->enabled()) t.chrome_trace->watch(t.setup.group->recorder());
   if (auto state = share_state(t, epoch, epoch_done)) received = std::move(state);
-  t.model.regroup(t.options, t.setup);
+  t.model->regroup(t.options, t.setup);
 }
 
 // The rest of epoch `epoch` (what t.taken_in_epoch leaves) over this generation's ranks.
 void reshard(Training& t, int epoch) {
   const auto& world = t.setup.world;
-  t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
-                                 t.sampler.options());
-  t.sampler.set_epoch_remainder(epoch - 1, t.taken_in_epoch);
-  t.loader.start_epoch(t.sampler.indices(), epoch - 1, 0);
+  *t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
+                                  t.sampler->options());
+  t.sampler->set_epoch_remainder(epoch - 1, t.taken_in_epoch);
+  t.loader->start_epoch(t.sampler->indices(), epoch - 1, 0);
 }
 
 // One line (rank 0), one metrics record and one span of the trace per change; `start`: when the
@@ -126,66 +126,78 @@ void report_change(Training& t, int old_world, Clock::time_point start, int64_t 
         seconds);
     std::fflush(stdout);
   }
-  t.reporter.membership_change(JsonRecord()
-                                   .add("event", "membership_change")
-                                   .add("time", int64_t(std::time(nullptr)))  // Unix seconds
-                                   .add("global_step", t.global_step)
-                                   .add("generation", m.generation)
-                                   .add("old_world", old_world)
-                                   .add("new_world", m.size())
-                                   .add("lost", words(m.lost))
-                                   .add("joined", words(m.joined))
-                                   .add("cause", m.cause)
-                                   .add("steps_discarded", discarded)
-                                   .add("seconds", seconds));
-  t.chrome_trace.span(c10::str("membership change: world size ", old_world, " -> ", m.size()),
-                      start, Clock::now());
+  t.reporter->membership_change(JsonRecord()
+                                    .add("event", "membership_change")
+                                    .add("time", int64_t(std::time(nullptr)))  // Unix seconds
+                                    .add("global_step", t.global_step)
+                                    .add("generation", m.generation)
+                                    .add("old_world", old_world)
+                                    .add("new_world", m.size())
+                                    .add("lost", words(m.lost))
+                                    .add("joined", words(m.joined))
+                                    .add("cause", m.cause)
+                                    .add("steps_discarded", discarded)
+                                    .add("seconds", seconds));
+  t.chrome_trace->span(c10::str("membership change: world size ", old_world, " -> ", m.size()),
+                       start, Clock::now());
 }
 
-// Reconfigures the fault-tolerant group and settles the next generation.
-void next_generation(Training& t, int epoch, bool admit, int64_t discarded,
-                     Clock::time_point start) {
-  const int old_world = t.setup.world.world_size;
-  t.setup.ft->reconfigure(admit);
-  std::optional<CheckpointState> unused;
-  t.setup.ft->settle([&] { adopt(t, epoch, /*epoch_done=*/false, unused); });
-  report_change(t, old_world, start, discarded);
-}
+// --on-failure continue: every step voted on by the fault-tolerant group's members, a change
+// settled in place as the group's next generation.
+class ContinueRecovery : public Recovery {
+ public:
+  explicit ContinueRecovery(Training& t) : t_(t), ft_(*t.setup.ft) {}
+
+  Position begin(const Position& restored) override {
+    if (!t_.setup.newcomer) return restored;
+    t_.has_state = false;
+    std::optional<CheckpointState> received;
+    ft_.settle([&] { adopt(t_, 0, false, received); });  // rank 0 is never a newcomer
+    if (!received) throw DistributedError("a newcomer settled without the training state");
+    const Position at = position_from(*received, t_.setup.world.world_size, t_.options.batch_size);
+    std::printf(
+        "rank %d: joined the running job at generation %lld (world size %d) after step %lld\n",
+        t_.setup.world.rank, (long long)ft_.membership().generation, t_.setup.world.world_size,
+        (long long)at.global_step);
+    return at;
+  }
+  bool survives_peer_failure() const override { return true; }
+  StepVerdict vote(bool ok) override { return ft_.vote(ok); }
+  void step_done() override {}
+  void next_generation(int epoch, int64_t steps_here, bool discarded,
+                       Clock::time_point step_start) override {
+    // The steps taken in this generation are the first ones of what is left of the epoch.
+    t_.taken_in_epoch += steps_here * t_.options.batch_size * t_.setup.world.world_size;
+    t_.earlier_steps += steps_here;
+    const int old_world = t_.setup.world.world_size;
+    ft_.reconfigure(/*admit=*/true);
+    std::optional<CheckpointState> unused;
+    ft_.settle([&] { adopt(t_, epoch, /*epoch_done=*/false, unused); });
+    report_change(t_, old_world, step_start, discarded ? 1 : 0);
+    reshard(t_, epoch);
+  }
+  void run_phase(int epoch, const std::function<void()>& phase) override {
+    const int64_t generation = ft_.membership().generation;
+    const int old_world = t_.setup.world.world_size;
+    const auto start = Clock::now();
+    std::optional<CheckpointState> unused;
+    ft_.run_to_completion(phase, [&] { adopt(t_, epoch, /*epoch_done=*/true, unused); });
+    // Said once the phase is done (its time included): no rank prints mid-phase.
+    if (ft_.membership().generation != generation) report_change(t_, old_world, start, 0);
+  }
+  void finish() override { ft_.finish(); }
+
+ private:
+  Training& t_;
+  FaultTolerantGroup& ft_;
+};
 
 }  // namespace
 
-void regroup(Training& t, int epoch, int64_t steps_here, bool discarded,
-             Clock::time_point step_start) {
-  // The steps taken in this world are the first ones of what is left of the epoch's order.
-  t.taken_in_epoch += steps_here * t.options.batch_size * t.setup.world.world_size;
-  t.earlier_steps += steps_here;
-  next_generation(t, epoch, /*admit=*/true, discarded ? 1 : 0, step_start);
-  reshard(t, epoch);
+std::unique_ptr<Recovery> continue_recovery(Training& t) {
+  return std::make_unique<ContinueRecovery>(t);
 }
 
-Position settle_newcomer(Training& t) {
-  t.has_state = false;
-  std::optional<CheckpointState> received;
-  t.setup.ft->settle([&] { adopt(t, 0, false, received); });  // rank 0 is never a newcomer
-  if (!received) throw DistributedError("a newcomer settled without the training state");
-  const Position at = position_from(*received, t.setup.world.world_size, t.options.batch_size);
-  std::printf(
-      "rank %d: joined the running job at generation %lld (world size %d) after step %lld\n",
-      t.setup.world.rank, (long long)t.setup.ft->membership().generation, t.setup.world.world_size,
-      (long long)at.global_step);
-  return at;
-}
-
-void run_phase(Training& t, int epoch, const std::function<void()>& phase) {
-  if (!t.setup.ft) return phase();
-  const int64_t generation = t.setup.ft->membership().generation;
-  const int old_world = t.setup.world.world_size;
-  const auto start = Clock::now();
-  std::optional<CheckpointState> unused;
-  t.setup.ft->run_to_completion(phase, [&] { adopt(t, epoch, /*epoch_done=*/true, unused); });
-  // Said once the phase is done (its time included): no rank prints mid-phase.
-  if (t.setup.ft->membership().generation != generation) report_change(t, old_world, start, 0);
-}
 void check_fault_tolerance_options(const TrainOptions& o) {
   const std::string backend = c10::str("--backend ", to_string(o.backend));
   const bool gloo = o.backend == BackendKind::kAuto || o.backend == BackendKind::kGloo;
