@@ -7,8 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <c10/util/StringUtil.h>
-
 namespace ddp {
 
 /// Base of every error ddp.cpp reports to its user.

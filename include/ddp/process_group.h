@@ -83,12 +83,6 @@ struct CollectiveTag {
 /// Handle on one asynchronous collective.
 class Work {
  public:
-  /// `spin_before_sleep`: see ProcessGroupOptions.
-  /// `recorder` and `seq`: where the collective is recorded (completion, failure).
-  explicit Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
-                std::chrono::microseconds spin_before_sleep = {},
-                std::shared_ptr<FlightRecorder> recorder = nullptr, int64_t seq = 0,
-                std::shared_ptr<const GroupAbort> abort = nullptr);
   Work(Work&&) noexcept;
   Work& operator=(Work&&) noexcept;
   ~Work();
@@ -99,6 +93,12 @@ class Work {
   Work then(std::function<void()> finish) &&;
 
  private:
+  friend class ProcessGroup;  // the only maker of a Work, from c10d's
+  /// `spin_before_sleep`: see ProcessGroupOptions.
+  /// `recorder` and `seq`: where the collective is recorded (completion, failure).
+  Work(c10::intrusive_ptr<c10d::Work> work, std::string what, int rank,
+       std::chrono::microseconds spin_before_sleep, std::shared_ptr<FlightRecorder> recorder,
+       int64_t seq, std::shared_ptr<const GroupAbort> abort);
   /// Records the failure, writes the flight record, throws `error`.
   template <typename E>
   [[noreturn]] void failed(const E& error);

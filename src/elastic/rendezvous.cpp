@@ -418,23 +418,25 @@ RoundStatus ElasticRendezvous::finish_surviving(const Round& round, bool succeed
 void ElasticRendezvous::depart(const Round& round, const std::function<bool()>& stopped) {
   return impl_->guarded([&] {
     Impl& m = *impl_;
-    const std::string gone = c10::str("round_", round.number, "/gone/");
+    const std::string gone = "gone/";  // an agent departs once, then exits: not per round
     m.register_agent(false);
     m.store->set(gone + m.node, bytes("1"));  // this node's last use of the store
-    // A node still to read that the job is over: one of the round's, or a newcomer that joined
-    // it since (--on-failure continue), that has not said it is gone, or a spare still waiting
-    // that has not read it (see join()); a node whose heartbeat stopped needs nothing more.
+    // A node still to read that the job is over: one of the round's, a newcomer that joined
+    // it since (--on-failure continue) or a spare still waiting, that has neither said it is
+    // gone nor read the end in join() (left/); a node whose heartbeat stopped needs nothing more.
     const auto someone_still_reading = [&] {
       const RendezvousState st = m.read().second;
       std::vector<std::string> nodes = round.nodes;
-      for (const std::string& n : st.participants) {
-        if (!is_listed(nodes, n)) nodes.push_back(n);
+      for (const auto* more : {&st.participants, &st.waiting}) {
+        for (const std::string& n : *more) {
+          if (!is_listed(nodes, n)) nodes.push_back(n);
+        }
       }
       for (const std::string& n : nodes) {
-        if (!m.store->check({gone + n}) && !m.liveness.dead(*m.store, "hb/" + n)) return true;
-      }
-      for (const std::string& n : st.waiting) {
-        if (!m.store->check({"left/" + n}) && !m.liveness.dead(*m.store, "hb/" + n)) return true;
+        if (!m.store->check({gone + n}) && !m.store->check({"left/" + n}) &&
+            !m.liveness.dead(*m.store, "hb/" + n)) {
+          return true;
+        }
       }
       return false;
     };

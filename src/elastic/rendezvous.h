@@ -99,9 +99,12 @@ class ElasticRendezvous {
   /// `stopped()` turned true first.
   RoundStatus finish_surviving(const Round& round, bool succeeded,
                                const std::function<bool()>& stopped);
-  /// The job is closed and this node goes: the store's host first waits (at most 10 s) for the
-  /// other nodes of `round` to have read that, so that none finds the store gone, then for the
-  /// agents of other jobs at the same endpoint to leave (or stop beating), unless `stopped()`.
+  /// The job is closed and this node goes; its mark that it is gone is its last use of the store.
+  /// The store's host first waits (at most 10 s) for every other node to have read that (the
+  /// round's, newcomers that joined it since, spares, and the nodes of a round begun after it),
+  /// each until it is gone or its heartbeat stops, so that none finds the store gone; then for
+  /// the agents of other jobs at the same endpoint to leave (or stop beating), unless
+  /// `stopped()`.
   void depart(const Round& round, const std::function<bool()>& stopped);
   /// Ends the job for every node with `cause` (a failure that used up its restarts).
   void close(const std::string& cause);

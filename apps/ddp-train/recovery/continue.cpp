@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "ddp/environment.h"
 #include "ddp/error.h"
 #include "ddp/fault_tolerance/fault_tolerance.h"
+#include "metrics.h"
 
 namespace ddp::train {
 namespace {

@@ -8,7 +8,8 @@
 //   continue (continue.cpp): the ranks vote on every step (fault_tolerance.h); after a change
 //     the survivors go on from the weights they hold in the next generation of the group, a
 //     newcomer takes the state from rank 0, and the rest of the epoch is shared out over it.
-// The training loop calls this interface only: it never asks which policy runs.
+// The training loop calls this interface for all that a change does; it never asks which policy
+// runs.
 #pragma once
 
 #include <chrono>
@@ -58,6 +59,9 @@ std::unique_ptr<Recovery> restart_recovery(Training& t, Recovery::Clock::time_po
 std::unique_ptr<Recovery> continue_recovery(Training& t);
 
 inline std::unique_ptr<Recovery> Recovery::for_run(Training& t, Clock::time_point started) {
+  TORCH_CHECK(t.model && t.optimizer && t.sampler && t.loader && t.trace && t.chrome_trace &&
+                  t.reporter && t.step_checkpoints,
+              "Recovery::for_run: every part of the Training must be given first");
   return t.setup.ft ? continue_recovery(t) : restart_recovery(t, started);
 }
 

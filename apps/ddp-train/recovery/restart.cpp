@@ -1,6 +1,7 @@
 #include "recovery/recovery.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
@@ -9,6 +10,7 @@
 #include "ddp/debug/flight_recorder.h"  // unix_microseconds
 #include "ddp/elastic/job_progress.h"
 #include "ddp/error.h"
+#include "metrics.h"
 
 namespace ddp::train {
 namespace {

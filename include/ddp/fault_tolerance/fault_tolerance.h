@@ -62,7 +62,7 @@ struct Membership {
   int rank = 0;                      // this process's
   std::vector<std::string> lost;     // members of the generation before that are not here
   std::vector<std::string> joined;   // newcomers: they need the state from rank 0
-  int64_t admitted = 0;              // newcomers admitted in all (internal bookkeeping)
+  int64_t admitted = 0;              // newcomers admitted since the job began (numbered 1, 2, ...)
   std::string cause;                 // why the generation before ended (empty for the first)
 
   int size() const { return int(members.size()); }
