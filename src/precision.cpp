@@ -11,19 +11,34 @@ namespace ddp {
 Precision parse_precision(const std::string& text, const std::string& flag) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
-  throw InvalidArgument(c10::str(flag, ": unknown precision '", text, "'; use fp32 or bf16"));
+  if (text == "fp16") return Precision::kFp16;
+  throw InvalidArgument(c10::str(flag, ": unknown precision '", text, "'; use fp32, bf16 or fp16"));
 }
 
 std::string to_string(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+    case Precision::kFp32:
+      break;
+  }
+  return "fp32";
 }
 
 Autocast::Autocast(torch::Device device, Precision precision) : device_type_(device.type()) {
   if (precision == Precision::kFp32) return;
+  if (precision == Precision::kFp16 && device.is_cpu() && !DDP_TORCH_AT_LEAST(2, 4)) {
+    throw InvalidArgument(
+        "precision fp16 on the CPU needs LibTorch 2.4 or later (this one's CPU autocast knows "
+        "bf16 only): use bf16, or a GPU");
+  }
+  const at::ScalarType dtype = precision == Precision::kFp16 ? at::kHalf : at::kBFloat16;
   active_ = true;
   was_enabled_ = compat::autocast_enabled(device_type_);
   previous_dtype_ = compat::autocast_dtype(device_type_);
-  compat::set_autocast(device_type_, true, at::kBFloat16);
+  compat::set_autocast(device_type_, true, dtype);
   at::autocast::increment_nesting();
 }
 

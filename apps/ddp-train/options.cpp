@@ -36,7 +36,8 @@ const Names<BackendKind> kBackends = {{BackendKind::kAuto, "auto"},
                                       {BackendKind::kGloo, "gloo"},
                                       {BackendKind::kNccl, "nccl"},
                                       {BackendKind::kMpi, "mpi"}};
-const Names<Precision> kPrecisions = {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}};
+const Names<Precision> kPrecisions = {
+    {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}};
 
 DeviceChoice parse_device(const std::string& v) {
   using Kind = DeviceChoice::Kind;
@@ -264,11 +265,12 @@ const cli::FlagTable<O>& table() {
                        &O::on_nan, "action", kOnNan),
         switch_flag<O>("--no-eval", "skip the test-set evaluation after each epoch", &O::no_eval),
         device_flag(),
-        choice_flag<O>("--precision", "fp32|bf16",
-                       "the forward pass and evaluation: fp32 (default), or bf16 under autocast "
-                       "(convolutions and linear layers in bfloat16; weights, gradients and the "
-                       "optimizer stay fp32); fast only on CPUs with AVX512-BF16 or AMX, and on "
-                       "GPUs",
+        choice_flag<O>("--precision", "fp32|bf16|fp16",
+                       "the forward pass and evaluation: fp32 (default), or bf16 or fp16 under "
+                       "autocast (convolutions and linear layers in 16 bits; weights, gradients "
+                       "and the optimizer stay fp32); fp16 scales the loss (a GradScaler with "
+                       "PyTorch's defaults: a step whose gradients overflow is skipped); fast "
+                       "only on CPUs with AVX512-BF16 or AMX (bf16) or AVX512-FP16, and on GPUs",
                        &O::precision, "precision", kPrecisions),
         choice_flag<O>("--backend", "NAME",
                        "auto (default): nccl on a GPU (CUDA builds of LibTorch), gloo on the "
@@ -379,6 +381,11 @@ void check_combinations(const TrainOptions& options) {
         "launcher's: add --nproc-per-node N (workers on this node), or give them to ddprun");
   }
   if (l.on_failure() == "continue") check_fault_tolerance_options(options);
+  if (options.precision == Precision::kFp16 && options.zero) {
+    throw InvalidArgument(
+        "--precision fp16 cannot be combined with --zero yet: its loss scaler steps an optimizer "
+        "over all the parameters (use bf16, which needs no loss scaling, with --zero)");
+  }
   if (options.checkpoint_every_steps > 0 && options.checkpoint_dir.empty()) {
     throw InvalidArgument("--checkpoint-every-steps needs --checkpoint-dir (where to write them)");
   }

@@ -50,8 +50,10 @@ TEST(Autocast, GradientsOfFp32ParametersStayFp32) {
 TEST(Precision, ParsesItsNamesAndRejectsOthers) {
   EXPECT_EQ(parse_precision("fp32"), Precision::kFp32);
   EXPECT_EQ(parse_precision("bf16"), Precision::kBf16);
+  EXPECT_EQ(parse_precision("fp16"), Precision::kFp16);
   EXPECT_EQ(to_string(Precision::kBf16), "bf16");
-  EXPECT_THROW(parse_precision("fp16"), InvalidArgument);
+  EXPECT_EQ(to_string(Precision::kFp16), "fp16");
+  EXPECT_THROW(parse_precision("fp8"), InvalidArgument);
 }
 
 }  // namespace

@@ -45,24 +45,31 @@ TEST_F(TrainerTest, LearnsTheSyntheticDataSet) {
   EXPECT_GT(last_value(out / "m.jsonl", "test_acc"), 0.6);  // chance is 0.1
 }
 
-// --precision bf16 really changes the arithmetic (other weights than fp32 after the same steps)
-// and still trains; an unknown precision is refused.
-TEST_F(TrainerTest, Bf16PrecisionRunsUnderAutocast) {
-  const auto bad = test::run({test::train_bin(), "--precision", "fp16"});
+// --precision bf16 and fp16 really change the arithmetic (other weights than fp32 after the same
+// steps) and still train, fp16 with its loss scale said; an unknown precision is refused, and
+// fp16 with --zero.
+TEST_F(TrainerTest, LowPrecisionsRunUnderAutocast) {
+  const auto bad = test::run({test::train_bin(), "--precision", "fp8"});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.output.find("--precision: unknown precision 'fp16'; use fp32 or bf16"),
+  EXPECT_NE(bad.output.find("--precision: unknown precision 'fp8'; use fp32, bf16 or fp16"),
             std::string::npos)
       << bad.output;
+  const auto zero = test::run({test::train_bin(), "--precision", "fp16", "--zero"});
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_NE(zero.output.find("--precision fp16 cannot be combined with --zero"), std::string::npos)
+      << zero.output;
   std::map<std::string, std::string> fingerprint;
-  for (const std::string precision : {"fp32", "bf16"}) {
+  for (const std::string precision : {"fp32", "bf16", "fp16"}) {
     const auto r =
         test::run({test::train_bin(), "--data-dir", data_->path(), "--epochs", "1", "--max-steps",
                    "3", "--batch-size", "16", "--no-eval", "--precision", precision},
                   {}, 300s);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // The configuration line shows what differs from the defaults: bf16 does, fp32 does not.
-    EXPECT_EQ(r.output.find("precision = \"bf16\"") != std::string::npos, precision == "bf16")
+    EXPECT_EQ(r.output.find("precision = \"" + precision + "\"") != std::string::npos,
+              precision != "fp32")
         << r.output;
+    EXPECT_EQ(r.output.find("loss scale ") != std::string::npos, precision == "fp16") << r.output;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.output, m, std::regex("train_loss ([0-9.]+)"))) << r.output;
     EXPECT_TRUE(std::isfinite(std::stod(m[1])));
@@ -70,6 +77,15 @@ TEST_F(TrainerTest, Bf16PrecisionRunsUnderAutocast) {
     fingerprint[precision] = m[1];
   }
   EXPECT_NE(fingerprint["fp32"], fingerprint["bf16"]);
+  EXPECT_NE(fingerprint["fp32"], fingerprint["fp16"]);
+  // On two ranks the loss scaler's verdicts agree (the gradients are averaged first): one set of
+  // weights.
+  const auto two = test::run(
+      {test::train_bin(), "--data-dir", data_->path(), "--epochs", "1", "--max-steps", "3",
+       "--batch-size", "16", "--no-eval", "--precision", "fp16", "--nproc-per-node", "2"},
+      {}, 300s);
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(test::weight_fingerprints(two.output).size(), 1u) << two.output;
 }
 
 // The learning rate of every step (the metrics' "lr"): linear warm-up over half an epoch of 16

@@ -60,6 +60,8 @@ JsonRecord epoch_record(const EpochReport& e, bool evaluated) {
       .add("optimizer_seconds", e.times.optimizer)
       .add("comm_bytes_per_step", e.comm_bytes_per_step)
       .add("skipped_steps", e.skipped_steps)
+      .add("overflowed_steps", e.overflowed_steps)
+      .add("loss_scale", e.loss_scale)
       .add("bad_samples", e.bad_samples)
       .add("optimizer_state_mb", e.optimizer_state_mb)
       .add("peak_rss_mb", peak_rss_mb())
@@ -148,6 +150,10 @@ void Reporter::end_epoch(const EpochReport& report, int64_t global_step) {
                 r.train_loss, r.seconds, r.images_per_second);
   }
   if (world_size_ > 1) std::printf("  %s\n", report.stragglers.line().c_str());
+  if (options_.precision == Precision::kFp16) {
+    std::printf("  loss scale %g; %lld step(s) skipped: their fp16 gradients overflowed\n",
+                report.loss_scale, (long long)report.overflowed_steps);
+  }
   std::fflush(stdout);
 }
 

@@ -44,6 +44,8 @@ struct EpochReport {
   StepTimes times;           // rank 0's
   int64_t comm_bytes_per_step = 0;
   int64_t skipped_steps = 0;
+  int64_t overflowed_steps = 0;   // --precision fp16: steps the loss scaler skipped
+  double loss_scale = 1;          // --precision fp16: the loss scale at the epoch's end
   int64_t bad_samples = 0;        // samples replaced under --on-bad-sample skip, over all ranks
   double optimizer_state_mb = 0;  // rank 0's
   StragglerReport stragglers;

@@ -50,17 +50,29 @@ TrainOptimizer::TrainOptimizer(const TrainOptions& options, torch::nn::Module& m
   } else {
     plain_ = make_(parameters_);
   }
+  // PyTorch's defaults; DDP gives every rank the same gradients, so the same verdict on them.
+  if (options.precision == Precision::kFp16) scaler_.emplace();
 }
 
-void TrainOptimizer::step(int64_t global_step) {
+torch::Tensor TrainOptimizer::scaled(const torch::Tensor& loss) {
+  return scaler_ ? scaler_->scale(loss) : loss;
+}
+
+bool TrainOptimizer::step(int64_t global_step) {
   lr_ = scheduled_lr(options_, global_step, steps_per_epoch_);
   if (zero_) {
     set_lr(zero_->local(), lr_);
     zero_->step();
-  } else {
-    set_lr(plain_.get(), lr_);
-    plain_->step();
+    return true;
   }
+  set_lr(plain_.get(), lr_);
+  if (!scaler_) {
+    plain_->step();
+    return true;
+  }
+  const bool stepped = scaler_->step(*plain_);
+  scaler_->update();
+  return stepped;
 }
 
 void TrainOptimizer::zero_grad() {

@@ -1,6 +1,7 @@
 // "The optimizer" as training sees it: SGD or Adam over all the parameters, or with --zero each
-// rank keeping the state of its shard only (ZeRO stage 1), with the learning-rate schedule. The
-// call sites (step, checkpoint, resume) are the same either way; which it is, is decided here.
+// rank keeping the state of its shard only (ZeRO stage 1), with the learning-rate schedule, and
+// under --precision fp16 the loss scaling (GradScaler). The call sites (backward, step,
+// checkpoint, resume) are the same either way; which it is, is decided here.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "ddp/amp/grad_scaler.h"
 #include "ddp/checkpoint/async_checkpoint.h"
 #include "ddp/checkpoint/checkpoint.h"
 #include "ddp/optim/zero.h"
@@ -27,8 +29,17 @@ class TrainOptimizer {
   TrainOptimizer(const TrainOptions& options, torch::nn::Module& model,
                  std::shared_ptr<ProcessGroup> group, int64_t steps_per_epoch);
 
-  /// Optimizer step number `global_step` (0-based) at the scheduled learning rate.
-  void step(int64_t global_step);
+  /// `loss` as backward() should see it: times the loss scale under --precision fp16.
+  torch::Tensor scaled(const torch::Tensor& loss);
+  /// Optimizer step number `global_step` (0-based) at the scheduled learning rate. Under
+  /// --precision fp16 the gradients are unscaled first, and a step whose gradients overflowed
+  /// is skipped (the scale backs off): returns whether the weights were updated.
+  bool step(int64_t global_step);
+  /// Whether backward runs on a scaled loss (--precision fp16): the loss scaler, not --on-nan,
+  /// deals with gradients that overflow.
+  bool scales_loss() const { return scaler_.has_value(); }
+  /// The loss scale (1 without loss scaling).
+  double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
   void zero_grad();
   /// The learning rate of the last step (--lr before the first).
   double lr() const { return lr_; }
@@ -56,6 +67,7 @@ class TrainOptimizer {
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> plain_;
   std::optional<ZeroRedundancyOptimizer> zero_;
+  std::optional<GradScaler> scaler_;  // --precision fp16
   int64_t steps_per_epoch_;
   double lr_;
 };

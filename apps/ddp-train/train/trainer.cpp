@@ -13,6 +13,7 @@
 #include "ddp/atomic_file.h"
 #include "ddp/checkpoint/checkpoint.h"
 #include "ddp/error.h"
+#include "ddp/fault_tolerance/fault_tolerance.h"
 #include "ddp/sampler.h"
 #include "flag_hint.h"
 #include "recovery/recovery.h"
@@ -105,23 +106,25 @@ Position restore(const TrainOptions& o, const TrainingSetup& s, TrainOptimizer& 
 struct EpochTotals {
   StepTimes times;
   int64_t skipped_steps = 0;
+  int64_t overflowed_steps = 0;  // --precision fp16: skipped by the loss scaler
   int64_t images = 0;
   torch::Tensor loss_sum;  // on the device: read once at the end of the epoch
 };
 
 // One global step's update, once the gradients are averaged: every rank sees the same average,
 // so every rank reaches the same verdict on it. A non-finite gradient stops the job (with
-// `stop_message()`) or, with --on-nan skip, consumes the step without an update. Returns whether
-// the weights were updated.
+// `stop_message()`) or, with --on-nan skip, consumes the step without an update. Under
+// --precision fp16 the loss scaler looks for overflow itself, after unscaling: a skipped step
+// is how loss scaling works, not a divergence. Returns whether the step's loss counts.
 bool update(Training& t, EpochTotals& totals, const std::function<std::string()>& stop_message) {
-  const bool finite = gradients_finite(t.model->module());
+  const bool finite = t.optimizer->scales_loss() || gradients_finite(t.model->module());
   if (!finite) {
     if (t.options.on_nan == OnNan::kStop) throw Error(stop_message());
     ++totals.skipped_steps;
     ++t.global_step;
     t.optimizer->zero_grad();
-  } else {
-    t.optimizer->step(t.global_step++);
+  } else if (!t.optimizer->step(t.global_step++)) {
+    ++totals.overflowed_steps;
   }
   t.recovery->step_done();
   return finite;
@@ -163,7 +166,7 @@ torch::Tensor forward_backward(Training& t, const data::Batch& batch, bool exact
     t.fault.at_loss(t.global_step + 1, t.setup.world.rank, loss);
     forward_done = now_after(t.setup.device, exact);
     t.optimizer->zero_grad();
-    loss.backward();
+    t.optimizer->scaled(loss).backward();
     exposed = t.model->exposed_wait_seconds();
   } catch (const PeerFailure&) {
     if (!t.recovery->survives_peer_failure()) throw;
@@ -303,6 +306,8 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   });
   report.times = totals.times;
   report.skipped_steps = totals.skipped_steps;
+  report.overflowed_steps = totals.overflowed_steps;
+  report.loss_scale = t.optimizer->loss_scale();
   report.comm_bytes_per_step = t.model->bytes_communicated_per_step();
   return report;
 }
@@ -395,7 +400,7 @@ std::vector<EpochResult> run_training(const TrainOptions& o, const WorldInfo& wo
   const int64_t epoch_steps = steps_per_epoch(o, train_size, s.world.world_size);
   TrainOptimizer optimizer(o, *s.model, s.group, epoch_steps);
   // A newcomer takes the state from a peer instead (Recovery::begin).
-  Position start = newcomer ? Position{} : restore(o, s, optimizer);
+  Position start = s.newcomer ? Position{} : restore(o, s, optimizer);
   if (!o.checkpoint_dir.empty() && s.is_root()) make_directories(o.checkpoint_dir);
   TrainedModel model(o, s);
   DistributedSampler sampler(train_size, s.world.world_size, s.world.rank, sampler_options(o));
