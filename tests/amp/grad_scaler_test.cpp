@@ -17,6 +17,9 @@ namespace ddp {
 namespace {
 
 TEST(GradScaler, MatchesTorchAmpGradScalerOver200Steps) {
+  if (!DDP_TORCH_AT_LEAST(2, 3)) {
+    GTEST_SKIP() << "the reference, torch.amp.GradScaler on the CPU, needs PyTorch 2.3";
+  }
   test::TempDir dir;
   const auto py = test::run_python("grad_scaler_golden.py", {dir / "golden.txt"});
   ASSERT_EQ(py.exit_code, 0) << py.output;
@@ -81,6 +84,7 @@ TEST(GradScaler, MatchesTorchAmpGradScalerOver200Steps) {
 
 // The composite kernels that stand in for LibTorch's before 2.3 give LibTorch's results.
 TEST(GradScaler, CompositeKernelsMatchLibTorchs) {
+  if (!DDP_TORCH_AT_LEAST(2, 3)) GTEST_SKIP() << "LibTorch before 2.3 has no CPU kernels";
   for (const float bad : {0.0f, std::numeric_limits<float>::infinity(), NAN}) {
     torch::manual_seed(3);
     std::vector<torch::Tensor> a = {torch::randn({5, 3}), torch::randn({7})};
