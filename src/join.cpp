@@ -2,7 +2,7 @@
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
-#include "reducer_internal.h"
+#include "reducer/reducer_internal.h"
 
 namespace ddp {
 namespace {

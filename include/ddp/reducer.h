@@ -52,7 +52,7 @@ struct ReducerStats {
 };
 
 namespace detail {
-struct ReducerInternals;  // src/reducer_internal.h: what ddp::Join needs of a Reducer
+struct ReducerInternals;  // src/reducer/reducer_internal.h: what ddp::Join needs of a Reducer
 }  // namespace detail
 
 /// Buckets, hooks and the end-of-backward finalisation for one module on one process group.

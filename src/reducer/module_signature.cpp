@@ -1,4 +1,4 @@
-#include "module_signature.h"
+#include "reducer/module_signature.h"
 
 #include <algorithm>
 #include <string>

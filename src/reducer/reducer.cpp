@@ -9,9 +9,9 @@
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
-#include "module_signature.h"
-#include "reducer_buckets.h"
-#include "reducer_internal.h"
+#include "reducer/module_signature.h"
+#include "reducer/reducer_buckets.h"
+#include "reducer/reducer_internal.h"
 #include "torch_compat.h"
 
 namespace ddp {

@@ -1,4 +1,4 @@
-#include "reducer_buckets.h"
+#include "reducer/reducer_buckets.h"
 
 namespace ddp {
 
