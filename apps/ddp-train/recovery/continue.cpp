@@ -105,15 +105,6 @@ void adopt(Training& t, int epoch, bool epoch_done, std::optional<CheckpointStat
   t.model->regroup(t.options, t.setup);
 }
 
-// The rest of epoch `epoch` (what t.taken_in_epoch leaves) over this generation's ranks.
-void reshard(Training& t, int epoch) {
-  const auto& world = t.setup.world;
-  *t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
-                                  t.sampler->options());
-  t.sampler->set_epoch_remainder(epoch - 1, t.taken_in_epoch);
-  t.loader->start_epoch(t.sampler->indices(), epoch - 1, 0);
-}
-
 // One line (rank 0), one metrics record and one span of the trace per change; `start`: when the
 // step that ended the generation began (the change's cost runs from there).
 void report_change(Training& t, int old_world, Clock::time_point start, int64_t discarded) {
@@ -176,7 +167,7 @@ class ContinueRecovery : public Recovery {
     std::optional<CheckpointState> unused;
     ft_.settle([&] { adopt(t_, epoch, /*epoch_done=*/false, unused); });
     report_change(t_, old_world, step_start, discarded ? 1 : 0);
-    reshard(t_, epoch);
+    start_epoch_shard(t_, epoch, 0);  // the rest of the epoch over this generation's ranks
   }
   void run_phase(int epoch, const std::function<void()>& phase) override {
     const int64_t generation = ft_.membership().generation;

@@ -242,14 +242,11 @@ EpochReport train_epoch(Training& t, int epoch, const Position& from) {
   const bool resumed = epoch == from.epoch;
   const int64_t first_step = resumed ? from.step_in_epoch : 0;
   const int64_t taken = resumed ? from.taken_in_epoch : 0;
-  // This world's shard (under --on-failure continue the world may have changed since).
-  *t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), t.setup.world.world_size,
-                                  t.setup.world.rank, t.sampler->options());
-  t.sampler->set_epoch_remainder(epoch - 1, taken);
   t.taken_in_epoch = taken;
   t.earlier_steps = resumed ? from.earlier_steps : 0;
   const int64_t bad_before = t.loader->bad_samples();
-  t.loader->start_epoch(t.sampler->indices(), epoch - 1, first_step);
+  // This world's shard (under --on-failure continue the world may have changed since).
+  start_epoch_shard(t, epoch, first_step);
   int64_t steps = steps_of(o, t.loader->num_batches());
   if (taken > 0 && t.setup.is_root()) {
     std::printf(
@@ -354,6 +351,14 @@ void checkpoint_if_due(const Training& t, int epoch) {
 }
 
 }  // namespace
+
+void start_epoch_shard(Training& t, int epoch, int64_t first_step) {
+  const WorldInfo& world = t.setup.world;
+  *t.sampler = DistributedSampler(int64_t(t.setup.data.train->size()), world.world_size, world.rank,
+                                  t.sampler->options());
+  t.sampler->set_epoch_remainder(epoch - 1, t.taken_in_epoch);
+  t.loader->start_epoch(t.sampler->indices(), epoch - 1, first_step);
+}
 
 CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, bool epoch_done) {
   CheckpointState state;

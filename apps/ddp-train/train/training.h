@@ -65,6 +65,11 @@ struct Training {
   bool has_state = true;       // false: a newcomer, until a peer's state arrives
 };
 
+/// This world's shard of epoch `epoch`: what t.taken_in_epoch leaves of its order, shared out
+/// over the current ranks, and the loader started on it `first_step` steps in (at an epoch's
+/// start, and under --on-failure continue after each change of the ranks).
+void start_epoch_shard(Training& t, int epoch, int64_t first_step);
+
 /// The run's place, for a checkpoint: epoch `epoch` done, or `steps_taken` steps of it taken at
 /// this world size (after t.taken_in_epoch samples at others).
 CheckpointState position_of(const Training& t, int epoch, int64_t steps_taken, bool epoch_done);
