@@ -28,25 +28,11 @@
 #include <torch/torch.h>
 
 #include "ddp/algorithms/comm_hook.h"
+#include "ddp/fsdp/module_call.h"
 #include "ddp/process_group.h"
 #include "ddp/reducer.h"
 
 namespace ddp {
-
-namespace detail {
-inline void collect_tensors(const torch::Tensor& t, std::vector<torch::Tensor>& out) {
-  out.push_back(t);
-}
-inline void collect_tensors(const std::vector<torch::Tensor>& ts, std::vector<torch::Tensor>& out) {
-  out.insert(out.end(), ts.begin(), ts.end());
-}
-template <typename... T>
-void collect_tensors(const std::tuple<T...>& tuple, std::vector<torch::Tensor>& out) {
-  std::apply([&](const auto&... parts) { (collect_tensors(parts, out), ...); }, tuple);
-}
-template <typename T>
-void collect_tensors(const T&, std::vector<torch::Tensor>&) {}  // not a tensor: nothing to trace
-}  // namespace detail
 
 /// RAII guard of DistributedDataParallel::no_sync(): backward inside accumulates gradients
 /// locally; the first backward after it communicates the accumulated sum.

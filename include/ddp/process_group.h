@@ -80,6 +80,15 @@ struct CollectiveTag {
   int bucket = -1;
 };
 
+/// How reduce_scatter_single() combines the ranks' tensors.
+enum class Reduction {
+  kSum,
+  /// The sum divided by the number of ranks: the backend's AVG where it is known to be right
+  /// (NCCL), else a sum divided here when it completes (Gloo's AVG was missing before 2.x and
+  /// wrong in some releases, pytorch/pytorch#162338).
+  kAverage,
+};
+
 /// Handle on one asynchronous collective.
 class Work {
  public:
@@ -146,6 +155,15 @@ class ProcessGroup {
   Work allreduce_max(torch::Tensor& tensor);
   /// Starts copying rank `root`'s `tensor` into every rank's `tensor`.
   Work broadcast(torch::Tensor& tensor, int root = 0);
+  /// Starts gathering every rank's `input` into `output`, rank 0's first: output holds
+  /// size() × input.numel() elements, both contiguous and of one dtype (c10d's
+  /// all_gather_single, formerly _allgather_base).
+  Work all_gather_single(torch::Tensor& output, torch::Tensor& input);
+  /// Starts reducing `input` (size() × output.numel() elements) over all ranks; this rank's
+  /// output gets the rank-th slice of the result (c10d's reduce_scatter_single, formerly
+  /// _reduce_scatter_base).
+  Work reduce_scatter_single(torch::Tensor& output, torch::Tensor& input,
+                             Reduction op = Reduction::kSum);
   /// Every rank's `tensor`, in rank order (blocking).
   std::vector<torch::Tensor> allgather(const torch::Tensor& tensor);
   /// Waits until every rank has called barrier().

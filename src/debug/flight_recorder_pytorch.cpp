@@ -65,6 +65,7 @@ Dict entry(const CollectiveRecord& c, const RankRecord& r) {
   const std::vector<int64_t> input = barrier ? std::vector<int64_t>{1} : c.shape;
   std::vector<int64_t> output = input;
   if (c.op.rfind("all-gather", 0) == 0) output = {c.numel() * r.identity.world_size};
+  if (c.op.rfind("reduce-scatter", 0) == 0) output = {c.numel() / r.identity.world_size};
   const std::string dtype = barrier ? "Float" : c10_dtype(c.dtype);
   const bool completed = c.state == CollectiveState::kCompleted;
   Dict e(c10::StringType::get(), c10::AnyType::get());

@@ -192,6 +192,87 @@ Work ProcessGroup::allreduce_max(torch::Tensor& tensor) {
   return track(backend_impl_->group->allreduce(tensors, opts), "all-reduce(max)", seq);
 }
 
+namespace {
+
+// Whether c10d's backends all have all_gather_single and reduce_scatter_single. Before 2.14 they
+// were _allgather_base and _reduce_scatter_base, which Gloo lacked (1.13) or had only in some
+// 2.x releases; there Gloo takes the list forms below, which every version has.
+constexpr bool kSingleCollectives = DDP_TORCH_AT_LEAST(2, 14);
+
+void check_single_shapes(const char* op, const torch::Tensor& output, const torch::Tensor& input,
+                         int64_t output_numel, int64_t input_numel) {
+  if (!output.is_contiguous() || !input.is_contiguous() ||
+      output.scalar_type() != input.scalar_type() || output.numel() != output_numel ||
+      input.numel() != input_numel) {
+    throw InvalidArgument(
+        c10::str(op, ": expected contiguous tensors of one dtype with ", output_numel,
+                 " output and ", input_numel, " input elements, got ", output.numel(), " ",
+                 output.scalar_type(), " and ", input.numel(), " ", input.scalar_type()));
+  }
+}
+
+}  // namespace
+
+Work ProcessGroup::all_gather_single(torch::Tensor& output, torch::Tensor& input) {
+  check_single_shapes("all_gather_single", output, input, input.numel() * size_, input.numel());
+  if (needs_device_copy(input) || needs_device_copy(output)) {
+    torch::Tensor out = torch::empty(output.sizes(), output.options().device(device_));
+    torch::Tensor in = input.to(device_);
+    return all_gather_single(out, in).then([output, out]() mutable { output.copy_(out); });
+  }
+  const int64_t seq = begin("all-gather(single)", input);
+  if (kSingleCollectives || backend_ != "gloo") {
+#if DDP_TORCH_AT_LEAST(2, 14)
+    auto work = backend_impl_->group->all_gather_single(output, input);
+#else
+    auto work = backend_impl_->group->_allgather_base(output, input);
+#endif
+    return track(std::move(work), "all-gather(single)", seq);
+  }
+  // Gloo before 2.14: the list form into views of `output` (as half where bfloat16: Gloo 1.13
+  // moves no bfloat16, and a gather only copies bytes).
+  const bool as_half = input.scalar_type() == torch::kBFloat16;
+  std::vector<at::Tensor> inputs{as_half ? input.view(torch::kHalf) : input};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (auto& part : output.view({size_, -1}).unbind(0)) {
+    outputs[0].push_back(as_half ? part.view(torch::kHalf) : part);
+  }
+  return track(backend_impl_->group->allgather(outputs, inputs), "all-gather(single)", seq);
+}
+
+Work ProcessGroup::reduce_scatter_single(torch::Tensor& output, torch::Tensor& input,
+                                         Reduction op) {
+  check_single_shapes("reduce_scatter_single", output, input, output.numel(),
+                      output.numel() * size_);
+  if (needs_device_copy(input) || needs_device_copy(output)) {
+    torch::Tensor out = torch::empty(output.sizes(), output.options().device(device_));
+    torch::Tensor in = input.to(device_);
+    return reduce_scatter_single(out, in, op).then([output, out]() mutable { output.copy_(out); });
+  }
+  const bool native_average = op == Reduction::kAverage && backend_ == "nccl";
+  const auto divide = [this, op, native_average, output]() {
+    if (op == Reduction::kAverage && !native_average) output.div_(size_);
+  };
+  if (!kSingleCollectives && backend_ == "gloo") {
+    // Gloo before 2.14 has no reduce-scatter: all-reduce a copy and keep this rank's slice.
+    torch::Tensor sum = input.clone();
+    return allreduce(sum).then([this, sum, output, divide]() mutable {
+      output.copy_(sum.view({size_, -1})[rank_].view(output.sizes()));
+      divide();
+    });
+  }
+  const int64_t seq =
+      begin(op == Reduction::kSum ? "reduce-scatter" : "reduce-scatter(avg)", input);
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = native_average ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+#if DDP_TORCH_AT_LEAST(2, 14)
+  auto work = backend_impl_->group->reduce_scatter_single(output, input, opts);
+#else
+  auto work = backend_impl_->group->_reduce_scatter_base(output, input, opts);
+#endif
+  return track(std::move(work), "reduce-scatter", seq).then(divide);
+}
+
 Work ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   if (needs_device_copy(tensor)) {
     return through_device(tensor, [this, root](torch::Tensor& t) { return broadcast(t, root); });

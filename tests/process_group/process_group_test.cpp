@@ -44,6 +44,46 @@ TEST(ProcessGroup, CollectivesGiveTheRightValues) {
   EXPECT_EQ(errors, std::vector<std::string>(3, ""));
 }
 
+// FSDP's two collectives. Gloo's own AVG was missing in old releases and wrong in some
+// (pytorch/pytorch#162338): the average must equal the sum divided by the ranks, exactly as a
+// float division of the sum gives it, in every dtype FSDP reduces in.
+TEST(ProcessGroup, AllGatherSingleAndReduceScatterSingleAverageIsTheSumOverN) {
+  for (int world : {2, 3}) {
+    const auto errors =
+        test::run_ranks(world, [world](int rank, std::shared_ptr<ProcessGroup> group) {
+          // Every rank's input: world × 5 values that differ by rank and are not multiples of 1/N.
+          auto input_of = [world](int r) {
+            return torch::arange(world * 5, torch::kFloat).mul(float(r + 1) / 7.0f).add(0.3f);
+          };
+          for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+            torch::Tensor sum = torch::zeros({world * 5}, dtype);
+            for (int r = 0; r < world; ++r) sum += input_of(r).to(dtype);
+            const torch::Tensor mine = sum.narrow(0, rank * 5, 5);
+
+            torch::Tensor in = input_of(rank).to(dtype);
+            torch::Tensor out = torch::empty({5}, dtype);
+            group->reduce_scatter_single(out, in, Reduction::kSum).wait();
+            EXPECT_TRUE(torch::allclose(out.to(torch::kFloat), mine.to(torch::kFloat), 1e-2, 1e-2))
+                << dtype;
+            torch::Tensor avg = torch::empty({5}, dtype);
+            group->reduce_scatter_single(avg, in, Reduction::kAverage).wait();
+            EXPECT_TRUE(torch::equal(avg, out.div(world))) << dtype << " on " << world << " ranks";
+
+            torch::Tensor gathered = torch::empty({world * 2}, dtype);
+            torch::Tensor part = torch::full({2}, double(rank) + 0.5, dtype);
+            group->all_gather_single(gathered, part).wait();
+            for (int r = 0; r < world; ++r) {
+              EXPECT_EQ(gathered[2 * r + 1].item<double>(), double(r) + 0.5) << dtype;
+            }
+          }
+          torch::Tensor wrong = torch::empty({3});
+          torch::Tensor in = torch::ones({world * 5});
+          EXPECT_THROW(group->reduce_scatter_single(wrong, in), InvalidArgument);
+        });
+    EXPECT_EQ(errors, std::vector<std::string>(size_t(world), ""));
+  }
+}
+
 // then() returns the Work itself, not a reference to the temporary it was called on: bound to
 // auto&&, it lives as long as the reference and wait() runs the continuations in order.
 static_assert(std::is_same_v<decltype(std::declval<Work>().then(std::function<void()>())), Work>);

@@ -1,0 +1,366 @@
+// FullyShardedDataParallel against DistributedDataParallel on the same ranks and data: the same
+// losses and final weights with AdamW and clipping, for a model with tied weights, an unused
+// parameter and rows that do not divide by the ranks; gradient accumulation without
+// communication; mixed precision; and the memory each rank holds, 1/N of DDP's.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "ddp/ddp.h"
+#include "ddp/error.h"
+#include "ddp/fsdp/fully_shard.h"
+#include "ddp/optim/zero.h"
+#include "support/error_of.h"
+#include "support/process.h"
+
+namespace ddp {
+namespace {
+
+constexpr int64_t kVocab = 11;  // rows of the tied embedding: 6 + 5 on 2 ranks, 3+3+3+2 on 4
+constexpr int64_t kWidth = 10;
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(int64_t width, int64_t hidden)
+      : ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        fc(register_module("fc", torch::nn::Linear(width, hidden))),
+        proj(register_module("proj", torch::nn::Linear(hidden, width))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return x + proj(torch::gelu(fc(ln(x)), "tanh")); }
+  torch::nn::LayerNorm ln;
+  torch::nn::Linear fc, proj;
+};
+TORCH_MODULE(Block);
+
+// Token embedding, blocks, a head tied to the embedding, and a parameter nothing uses.
+struct ToyImpl : torch::nn::Module {
+  explicit ToyImpl(int64_t width = kWidth, int64_t hidden = 9, int blocks = 2) {
+    wte = register_module("wte", torch::nn::Embedding(kVocab, width));
+    for (int i = 0; i < blocks; ++i) {
+      this->blocks.push_back(register_module(c10::str("h", i), Block(width, hidden)));
+    }
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})));
+    unused = register_parameter("unused", torch::randn({5}));
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    torch::Tensor x = wte(tokens);
+    for (auto& block : blocks) x = ddp::call(block, x);
+    return torch::nn::functional::linear(ln_f(x), wte->weight);  // tied head
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> block_modules() const {
+    std::vector<std::shared_ptr<torch::nn::Module>> out;
+    for (const auto& block : blocks) out.push_back(block.ptr());
+    return out;
+  }
+  torch::nn::Embedding wte{nullptr};
+  std::vector<Block> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::Tensor unused;
+};
+TORCH_MODULE(Toy);
+
+// A copy of `source`'s parameters in a fresh model of the same shape.
+Toy copy_of(const Toy& source, int64_t width = kWidth, int64_t hidden = 9, int blocks = 2) {
+  Toy toy(width, hidden, blocks);
+  torch::NoGradGuard no_grad;
+  auto from = source->named_parameters();
+  for (auto& p : toy->named_parameters()) p.value().copy_(from[p.key()]);
+  return toy;
+}
+
+struct Batches {
+  std::vector<torch::Tensor> tokens, targets;  // [steps][world × 3, 4]
+};
+
+Batches make_batches(int steps, int world) {
+  Batches b;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  for (int s = 0; s < steps; ++s) {
+    b.tokens.push_back(torch::randint(kVocab, {world * 3, 4}, generator, torch::kLong));
+    b.targets.push_back(torch::randint(kVocab, {world * 3, 4}, generator, torch::kLong));
+  }
+  return b;
+}
+
+torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}).to(torch::kFloat),
+                                              targets.reshape({-1}));
+}
+
+torch::Tensor rows_of(const torch::Tensor& t, int rank) { return t.narrow(0, rank * 3, 3); }
+
+// AdamW with clipping (how transformers train), or SGD with momentum and no clipping, whose
+// steps, unlike Adam's, are proportional to the gradients: a sum where an average belongs shows.
+enum class Optim { kAdamWClipped, kSgd };
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(Optim kind,
+                                                        std::vector<torch::Tensor> params) {
+  if (kind == Optim::kSgd) {
+    return std::make_unique<torch::optim::SGD>(std::move(params),
+                                               torch::optim::SGDOptions(0.1).momentum(0.9));
+  }
+  return std::make_unique<torch::optim::AdamW>(std::move(params),
+                                               torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
+torch::optim::AdamW adamw(std::vector<torch::Tensor> params) {
+  return torch::optim::AdamW(std::move(params), torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> weights;
+};
+
+Trained train_ddp(const Toy& initial, const Batches& b, int rank,
+                  std::shared_ptr<ProcessGroup> group, Optim kind = Optim::kAdamWClipped) {
+  Toy toy = copy_of(initial);
+  DistributedDataParallel<ToyImpl> model(toy, group, DDPOptions().find_unused_parameters(true));
+  auto opt = make_optimizer(kind, model.parameters());
+  Trained run;
+  for (size_t s = 0; s < b.tokens.size(); ++s) {
+    opt->zero_grad();
+    auto loss = loss_of(model.forward(rows_of(b.tokens[s], rank)), rows_of(b.targets[s], rank));
+    loss.backward();
+    if (kind == Optim::kAdamWClipped) torch::nn::utils::clip_grad_norm_(model.parameters(), 0.5);
+    opt->step();
+    run.losses.push_back(loss.item<double>());
+  }
+  for (const auto& p : toy->named_parameters()) run.weights[p.key()] = p.value().detach().clone();
+  return run;
+}
+
+Trained train_fsdp(const Toy& initial, const Batches& b, int rank,
+                   std::shared_ptr<ProcessGroup> group, FSDPOptions options,
+                   Optim kind = Optim::kAdamWClipped) {
+  Toy toy = copy_of(initial);
+  FullyShardedDataParallel<ToyImpl> model(toy.ptr(), toy->block_modules(), group,
+                                          options.find_unused_parameters(true));
+  auto opt = make_optimizer(kind, model.parameters());
+  Trained run;
+  for (size_t s = 0; s < b.tokens.size(); ++s) {
+    opt->zero_grad();
+    auto loss = loss_of(model.forward(rows_of(b.tokens[s], rank)), rows_of(b.targets[s], rank));
+    loss.backward();
+    if (kind == Optim::kAdamWClipped) model.clip_grad_norm_(0.5);
+    opt->step();
+    run.losses.push_back(loss.item<double>());
+  }
+  for (const auto& p : model.full_state_dict()) run.weights[p.key()] = p.value();
+  return run;
+}
+
+void expect_same(const Trained& fsdp, const Trained& ddp, double tolerance) {
+  ASSERT_EQ(fsdp.losses.size(), ddp.losses.size());
+  for (size_t s = 0; s < ddp.losses.size(); ++s) {
+    EXPECT_NEAR(fsdp.losses[s], ddp.losses[s], tolerance) << "step " << s;
+  }
+  ASSERT_EQ(fsdp.weights.size(), ddp.weights.size());
+  for (const auto& [name, w] : ddp.weights) {
+    ASSERT_TRUE(fsdp.weights.count(name)) << name;
+    EXPECT_TRUE(torch::allclose(fsdp.weights.at(name), w, 0, tolerance))
+        << name << ": largest difference "
+        << (fsdp.weights.at(name) - w).abs().max().item<double>();
+  }
+}
+
+void expect_same_as_ddp(int world, FSDPOptions options, Optim kind) {
+  torch::manual_seed(0);
+  const Toy initial;
+  const Batches batches = make_batches(6, world);
+  std::vector<Trained> ddp(world), fsdp(world);
+  const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    ddp[size_t(rank)] = train_ddp(initial, batches, rank, group, kind);
+    fsdp[size_t(rank)] = train_fsdp(initial, batches, rank, group, options, kind);
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (int r = 0; r < world; ++r) expect_same(fsdp[size_t(r)], ddp[size_t(r)], 1e-5);
+  // The unused parameter got no gradient anywhere, so AdamW left it alone, as in DDP.
+  EXPECT_TRUE(torch::equal(fsdp[0].weights.at("unused"), initial->unused));
+}
+
+TEST(FullyShard, SameLossesAndWeightsAsDdpOnTwoRanks) {
+  expect_same_as_ddp(2, FSDPOptions(), Optim::kAdamWClipped);
+  expect_same_as_ddp(2, FSDPOptions(), Optim::kSgd);
+}
+
+TEST(FullyShard, SameLossesAndWeightsAsDdpOnFourRanks) {
+  expect_same_as_ddp(4, FSDPOptions(), Optim::kAdamWClipped);
+  expect_same_as_ddp(4, FSDPOptions(), Optim::kSgd);
+}
+
+TEST(FullyShard, SameWithoutReshardingOrPrefetch) {
+  expect_same_as_ddp(2, FSDPOptions().reshard_after_forward(false).prefetch(false), Optim::kSgd);
+}
+
+TEST(FullyShard, ShardsAreTorchChunksRows) {
+  torch::manual_seed(0);
+  const Toy initial;
+  const auto errors = test::run_ranks(4, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    Toy toy = copy_of(initial);
+    FullyShardedDataParallel<ToyImpl> model(toy.ptr(), toy->block_modules(), group);
+    const auto names = model.state().unit_parameter_names();
+    ASSERT_EQ(names.size(), 3u);  // two blocks, then the root
+    EXPECT_EQ(names[0].first, "h0");
+    EXPECT_EQ(names[2].first, "(root)");
+    EXPECT_EQ(names[2].second,
+              (std::vector<std::string>{"unused", "wte.weight", "ln_f.weight", "ln_f.bias"}));
+    for (const auto& [name, shard] : model.named_parameters()) {
+      const torch::Tensor whole = initial->named_parameters()[name];
+      auto chunks = whole.chunk(4, 0);
+      const torch::Tensor expected =
+          size_t(rank) < chunks.size() ? chunks[size_t(rank)] : whole.narrow(0, 0, 0);
+      EXPECT_TRUE(torch::equal(shard, expected)) << name << " on rank " << rank;
+    }
+    // The module's own tensors hold nothing while sharded.
+    EXPECT_EQ(toy->blocks[0]->fc->weight.storage().nbytes(), 0u);
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+TEST(FullyShard, AccumulatesWithoutCommunicationUntilSyncIsBack) {
+  const int world = 2;
+  torch::manual_seed(0);
+  const Toy initial;
+  const Batches b = make_batches(2, world);
+  const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    Toy plain = copy_of(initial);
+    DistributedDataParallel<ToyImpl> ddp(plain, group, DDPOptions().find_unused_parameters(true));
+    {
+      auto guard = ddp.no_sync();
+      loss_of(ddp.forward(rows_of(b.tokens[0], rank)), rows_of(b.targets[0], rank)).backward();
+    }
+    loss_of(ddp.forward(rows_of(b.tokens[1], rank)), rows_of(b.targets[1], rank)).backward();
+
+    Toy toy = copy_of(initial);
+    FullyShardedDataParallel<ToyImpl> fsdp(toy.ptr(), toy->block_modules(), group,
+                                           FSDPOptions().find_unused_parameters(true));
+    fsdp.set_requires_gradient_sync(false);
+    const int64_t before = group->recorder().issued();
+    loss_of(fsdp.forward(rows_of(b.tokens[0], rank)), rows_of(b.targets[0], rank)).backward();
+    const int64_t gathers = 3;  // one per unit in forward; the root stays gathered for backward
+    const int64_t regathers = 2;
+    EXPECT_EQ(group->recorder().issued() - before, gathers + regathers);  // no reduce-scatter
+    for (const auto& shard : fsdp.parameters()) EXPECT_FALSE(shard.grad().defined());
+    fsdp.set_requires_gradient_sync(true);
+    loss_of(fsdp.forward(rows_of(b.tokens[1], rank)), rows_of(b.targets[1], rank)).backward();
+
+    const auto reference = plain->named_parameters();
+    for (const auto& [name, shard] : fsdp.named_parameters()) {
+      if (name == "unused") continue;
+      const torch::Tensor grad = reference[name].grad().reshape({reference[name].size(0), -1});
+      const auto rows = grad.chunk(world, 0);
+      EXPECT_TRUE(torch::allclose(shard.grad().reshape({shard.size(0), -1}), rows[size_t(rank)],
+                                  1e-5, 1e-6))
+          << name;
+    }
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+TEST(FullyShard, MixedPrecisionGathersInBfloat16AndKeepsFloat32Shards) {
+  const int world = 2;
+  torch::manual_seed(0);
+  const Toy initial;
+  const Batches b = make_batches(3, world);
+  for (auto reduce : {torch::kFloat, torch::kHalf}) {
+    std::vector<Trained> ddp(world), fsdp(world);
+    const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+      ddp[size_t(rank)] = train_ddp(initial, b, rank, group);
+      const auto policy = MixedPrecisionPolicy().param_dtype(torch::kBFloat16).reduce_dtype(reduce);
+      fsdp[size_t(rank)] =
+          train_fsdp(initial, b, rank, group, FSDPOptions().mixed_precision(policy));
+    });
+    for (const auto& e : errors) ASSERT_EQ(e, "");
+    // bfloat16 keeps 8 bits of mantissa: the same training to about 1%.
+    expect_same(fsdp[0], ddp[0], 3e-2);
+    EXPECT_EQ(fsdp[0].weights.at("wte.weight").scalar_type(), torch::kFloat);
+  }
+}
+
+TEST(FullyShard, EachRankHoldsAQuarterOfTheStateOnFourRanks) {
+  const int64_t width = 64, hidden = 256;
+  torch::manual_seed(0);
+  const Toy initial(width, hidden, 4);
+  const Batches b = make_batches(1, 4);
+  struct Held {
+    int64_t state = 0;  // parameters + gradients + AdamW's state
+    int64_t peak_unsharded = 0;
+  };
+  std::vector<Held> ddp(4), fsdp(4);
+  const auto errors = test::run_ranks(4, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    auto step = [&](std::vector<torch::Tensor> params, auto forward) {
+      auto opt = adamw(params);
+      loss_of(forward(rows_of(b.tokens[0], rank)), rows_of(b.targets[0], rank)).backward();
+      opt.step();
+      int64_t bytes = optimizer_state_bytes(opt);
+      for (const auto& p : params) {
+        bytes += p.numel() * p.element_size();
+        if (p.grad().defined()) bytes += p.grad().numel() * p.grad().element_size();
+      }
+      return bytes;
+    };
+    Toy plain = copy_of(initial, width, hidden, 4);
+    DistributedDataParallel<ToyImpl> d(plain, group, DDPOptions().find_unused_parameters(true));
+    ddp[size_t(rank)].state =
+        step(d.parameters(), [&](const torch::Tensor& x) { return d.forward(x); });
+
+    Toy toy = copy_of(initial, width, hidden, 4);
+    FullyShardedDataParallel<ToyImpl> f(toy.ptr(), toy->block_modules(), group,
+                                        FSDPOptions().find_unused_parameters(true));
+    fsdp[size_t(rank)].state =
+        step(f.parameters(), [&](const torch::Tensor& x) { return f.forward(x); });
+    fsdp[size_t(rank)].peak_unsharded = f.memory().peak_unsharded_bytes;
+    EXPECT_EQ(f.memory().unsharded_bytes, 0);  // all freed at the end of backward
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  // A quarter, but for padding (a shard has at most one row more than a quarter of the rows:
+  // 1,363 elements of rows here, in four tensors of 4 bytes) and the optimizer's per-tensor
+  // overhead (its step counts, the serialised headers optimizer_state_bytes includes).
+  int64_t total = 0;
+  for (int r = 0; r < 4; ++r) {
+    total += fsdp[size_t(r)].state;
+    EXPECT_LE(fsdp[size_t(r)].state, ddp[size_t(r)].state / 4 + 64 * 1024) << "rank " << r;
+  }
+  EXPECT_LE(total, ddp[0].state + 4 * 64 * 1024);
+  // At most the root and two blocks are gathered at once (the one running and the prefetched
+  // one), never the whole model.
+  const int64_t block_bytes = (2 * width * hidden + hidden + 3 * width) * 4;
+  EXPECT_LT(fsdp[0].peak_unsharded, ddp[0].state / 3);
+  EXPECT_GE(fsdp[0].peak_unsharded, 2 * block_bytes);
+}
+
+TEST(FullyShard, RefusesUnitsOutsideTheModelAndSecondCalls) {
+  const auto errors = test::run_ranks(1, [&](int, std::shared_ptr<ProcessGroup> group) {
+    Toy toy;
+    Block stranger(kWidth, 9);
+    EXPECT_NE(test::error_of<InvalidArgument>([&] {
+                FullyShardedDataParallel<ToyImpl>(toy.ptr(), {stranger.ptr()}, group);
+              }).find("unit 0 is not a submodule"),
+              std::string::npos);
+    auto units = toy->block_modules();
+    units.push_back(units[0]);
+    EXPECT_NE(test::error_of<InvalidArgument>([&] {
+                FullyShardedDataParallel<ToyImpl>(toy.ptr(), units, group);
+              }).find("unit h0 is listed twice"),
+              std::string::npos);
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+TEST(FullyShard, ParametersWithoutGradientAreNamedUnlessUnusedAreExpected) {
+  const auto errors = test::run_ranks(2, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    torch::manual_seed(0);
+    Toy toy;
+    FullyShardedDataParallel<ToyImpl> model(toy.ptr(), toy->block_modules(), group);
+    const Batches b = make_batches(1, 2);
+    const std::string error = test::error_of<InvalidArgument>([&] {
+      loss_of(model.forward(rows_of(b.tokens[0], rank)), rows_of(b.targets[0], rank)).backward();
+    });
+    EXPECT_NE(error.find("these parameters received no gradient: unused"), std::string::npos)
+        << error;
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+}  // namespace
+}  // namespace ddp
