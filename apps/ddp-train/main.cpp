@@ -18,6 +18,8 @@
 #include "ddp/models/net.h"
 #include "ddp/process_group.h"
 #include "ddp/world.h"
+#include "lm/generate.h"
+#include "lm/lm_training.h"
 #include "options.h"
 #include "tools/make_data.h"
 #include "tools/plot.h"
@@ -110,7 +112,11 @@ int train(const std::vector<std::string>& args) {
         "workers (ddprun --cpu-bind cores)\n",
         world.source.c_str());
   }
-  ddp::train::run_training(options, world);
+  if (ddp::train::is_language_model(options.model)) {
+    ddp::train::run_language_model_training(options, world);
+  } else {
+    ddp::train::run_training(options, world);
+  }
   return 0;
 }
 
@@ -144,6 +150,8 @@ int main(int argc, char** argv) {
       return ddp::train::run_make_data({args.begin() + 1, args.end()});
     }
     if (!args.empty() && args[0] == "analyze") return analyze({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "generate")
+      return ddp::train::run_generate({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "plot-trace")
       return ddp::train::run_plot_trace({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "plot")

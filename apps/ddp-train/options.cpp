@@ -24,11 +24,15 @@ const Names<Preset> kPresets = {{Preset::kReference, "reference"}, {Preset::kFas
 const Names<ModelKind> kModels = {{ModelKind::kNet, "net"},
                                   {ModelKind::kResnet, "resnet"},
                                   {ModelKind::kResnet18, "resnet18"},
-                                  {ModelKind::kResnet50, "resnet50"}};
+                                  {ModelKind::kResnet50, "resnet50"},
+                                  {ModelKind::kGptNano, "gpt-nano"},
+                                  {ModelKind::kGpt2, "gpt2"},
+                                  {ModelKind::kGpt2Medium, "gpt2-medium"}};
+const Names<ParallelKind> kParallel = {{ParallelKind::kDdp, "ddp"}, {ParallelKind::kFsdp, "fsdp"}};
 const Names<data::OnBadSample> kOnBadSample = {{data::OnBadSample::kStop, "stop"},
                                                {data::OnBadSample::kSkip, "skip"}};
-const Names<OptimizerKind> kOptimizers = {{OptimizerKind::kSgd, "sgd"},
-                                          {OptimizerKind::kAdam, "adam"}};
+const Names<OptimizerKind> kOptimizers = {
+    {OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdam, "adam"}, {OptimizerKind::kAdamW, "adamw"}};
 const Names<LrSchedule> kSchedules = {{LrSchedule::kConstant, "constant"},
                                       {LrSchedule::kCosine, "cosine"}};
 const Names<OnNan> kOnNan = {{OnNan::kStop, "stop"}, {OnNan::kSkip, "skip"}};
@@ -56,7 +60,9 @@ DeviceChoice parse_device(const std::string& v) {
 cli::Flag<O> dataset_flag() {
   return {"--dataset", "NAME",
           "cifar10 (default), fashion-mnist, mnist, or imagefolder: your own images, "
-          "DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg as ImageNet's (JPEG, PNG)",
+          "DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg as ImageNet's (JPEG, PNG); "
+          "tokens (for --model gpt-*): nanoGPT's train.bin and val.bin or llm.c's shards "
+          "(make-data --tokens writes them)",
           [](O& o, const std::string& v) { o.dataset = data::parse_dataset_kind(v, "--dataset"); },
           [](const O& o) { return std::string(data::dataset_kind_name(o.dataset)); }};
 }
@@ -175,7 +181,9 @@ const cli::FlagTable<O>& table() {
         choice_flag<O>("--model", "NAME",
                        "net: the reference CNN (default); resnet: a small residual network with "
                        "BatchNorm (SyncBatchNorm across ranks when distributed); resnet18, "
-                       "resnet50: torchvision's, with its state-dict names",
+                       "resnet50: torchvision's, with its state-dict names; gpt-nano (6 layers, "
+                       "6 heads, 384 wide), gpt2 (124M), gpt2-medium (350M): nanoGPT's GPT, "
+                       "with its state-dict names, on --dataset tokens",
                        &O::model, "model", kModels),
         config_flag(),
         choice_flag<O>(
@@ -188,8 +196,42 @@ const cli::FlagTable<O>& table() {
         int_flag<O>("--epochs", "N", "epochs to train (default 10)", &O::epochs, 1, 100000),
         int_flag<O>("--batch-size", "N", "images per rank per step (default 64)", &O::batch_size, 1,
                     65536),
-        choice_flag<O>("--optimizer", "NAME", "sgd (default, with --momentum) or adam",
+        choice_flag<O>("--optimizer", "NAME",
+                       "sgd (default, with --momentum), adam, or adamw (the GPTs' default: "
+                       "betas 0.9 and --beta2, --weight-decay on the weights of two or more "
+                       "dimensions only, as nanoGPT)",
                        &O::optimizer, "optimizer", kOptimizers),
+        choice_flag<O>("--parallel", "HOW",
+                       "GPTs: ddp (default): a whole replica per rank, gradients all-reduced; "
+                       "fsdp: each block and the rest sharded over the ranks (FSDP2's "
+                       "semantics): parameters, gradients and AdamW's state 1/N per rank",
+                       &O::parallel, "parallelism", kParallel),
+        int_flag<O>("--steps", "N", "GPTs: optimizer steps of the run (default 5000)", &O::steps, 1,
+                    kHuge),
+        int_flag<O>("--grad-accum", "N",
+                    "GPTs: micro-batches of --batch-size per optimizer step, the gradients "
+                    "communicated after the last only (default 1)",
+                    &O::grad_accum, 1, 1 << 20),
+        int_flag<O>("--block-size", "N", "GPTs: tokens of context (default: the model's)",
+                    &O::block_size, 0, 1 << 20),
+        real_flag<O>("--grad-clip", "X",
+                     "GPTs: scale the gradients so that their global norm is at most X "
+                     "(default 1; 0: no clipping)",
+                     &O::grad_clip, 0, 1e9),
+        real_flag<O>("--min-lr", "X",
+                     "GPTs: the learning rate --lr-schedule cosine ends at (default 0)", &O::min_lr,
+                     0, 1e3),
+        int_flag<O>("--warmup-steps", "N",
+                    "GPTs: raise the learning rate linearly over the first N steps (default 0)",
+                    &O::warmup_steps, 0, kHuge),
+        real_flag<O>("--beta2", "X", "GPTs: AdamW's beta2 (default 0.95)", &O::beta2, 0, 1),
+        int_flag<O>("--eval-every", "N",
+                    "GPTs: the validation loss every N steps and at the end (default 250; 0: "
+                    "at the end only)",
+                    &O::eval_every, 0, kHuge),
+        int_flag<O>("--eval-batches", "N",
+                    "GPTs: batches per rank in each validation loss (default 20)", &O::eval_batches,
+                    1, kHuge),
         switch_flag<O>("--no-pad",
                        "visit every training image exactly once per epoch: no padding of the "
                        "shards; ranks with one batch fewer join (shadow the others' "
@@ -213,7 +255,9 @@ const cli::FlagTable<O>& table() {
                      "(default 0)",
                      &O::warmup_epochs, 0, 1e6),
         real_flag<O>("--momentum", "X", "SGD momentum (default 0.9)", &O::momentum, 0, 1),
-        real_flag<O>("--weight-decay", "X", "SGD weight decay (default 0)", &O::weight_decay, 0, 1),
+        real_flag<O>("--weight-decay", "X",
+                     "weight decay (default 0; AdamW's decoupled, on the weights only)",
+                     &O::weight_decay, 0, 1),
         int_flag<O>("--seed", "N",
                     "seed of the model's initial weights, the shuffling and the augmentation "
                     "(default 0)",
@@ -362,6 +406,8 @@ TrainOptions parse_flags(const std::vector<std::string>& args, bool& help) {
   return options;
 }
 
+void check_language_model_options(const TrainOptions& o);
+
 // Flags that only make sense together, checked once everything is merged.
 void check_combinations(const TrainOptions& options) {
   if (options.resume == "auto" && options.checkpoint_dir.empty()) {
@@ -411,6 +457,49 @@ void check_combinations(const TrainOptions& options) {
         "--dataset imagefolder needs --data-dir DIR, with DIR/train/<class>/* and "
         "DIR/val/<class>/* (ImageNet's layout)");
   }
+  check_language_model_options(options);
+}
+
+// The GPTs train on tokens with their own loop (lm/lm_training.h), which has some of the
+// image classifiers' features and not others.
+void check_language_model_options(const TrainOptions& o) {
+  const bool gpt = is_language_model(o.model);
+  const bool tokens = o.dataset == data::DatasetKind::kTokens;
+  if (gpt != tokens) {
+    throw InvalidArgument(
+        gpt ? c10::str("--model ", to_string(o.model), " trains on --dataset tokens --data-dir DIR")
+            : c10::str("--dataset tokens is for --model gpt-nano, gpt2 or "
+                       "gpt2-medium, not ",
+                       to_string(o.model)));
+  }
+  if (!gpt) {
+    if (o.parallel == ParallelKind::kFsdp) {
+      throw InvalidArgument(
+          "--parallel fsdp shards the GPTs' blocks (--model gpt-*); the image "
+          "classifiers use DDP, with --zero to shard the optimizer state");
+    }
+    return;
+  }
+  if (o.data_dir.empty()) throw InvalidArgument("--dataset tokens needs --data-dir DIR");
+  auto refuse = [&o](bool given, const char* flag, const char* why) {
+    if (given) {
+      throw InvalidArgument(
+          c10::str(flag, " does not apply to --model ", to_string(o.model), ": ", why));
+    }
+  };
+  refuse(!o.checkpoint_dir.empty() || !o.resume.empty(), "--checkpoint-dir/--resume",
+         "the GPTs' checkpoints are not written yet; --export writes the weights at the end");
+  refuse(o.zero, "--zero", "use --parallel fsdp, which shards the gradients and weights too");
+  refuse(o.precision == Precision::kFp16, "--precision fp16",
+         "not yet for the GPTs (bf16 is: it needs no loss scaling)");
+  refuse(o.comm_hook != "allreduce", "--comm-hook",
+         "the GPTs' gradients are all-reduced as they are");
+  refuse(o.no_sync_baseline, "--no-sync-baseline/--lockstep-baseline",
+         "benchmark flags of the CNNs");
+  refuse(o.launcher.on_failure() == "continue", "--on-failure continue",
+         "the GPTs' training restarts from --init-from only");
+  refuse(o.no_pad || o.normalize || o.random_crop || o.horizontal_flip || o.channels_last,
+         "--no-pad/--normalize/--random-crop/--hflip/--channels-last", "they are for images");
 }
 
 }  // namespace
@@ -419,6 +508,12 @@ std::string to_string(Preset preset) { return cli::choice_name(preset, kPresets)
 std::string to_string(ModelKind model) { return cli::choice_name(model, kModels); }
 std::string to_string(OptimizerKind optimizer) { return cli::choice_name(optimizer, kOptimizers); }
 std::string to_string(BackendKind backend) { return cli::choice_name(backend, kBackends); }
+std::string to_string(ParallelKind parallel) { return cli::choice_name(parallel, kParallel); }
+
+bool is_language_model(ModelKind model) {
+  return model == ModelKind::kGptNano || model == ModelKind::kGpt2 ||
+         model == ModelKind::kGpt2Medium;
+}
 
 std::string to_string(const DeviceChoice& device) {
   switch (device.kind) {

@@ -16,11 +16,12 @@
 namespace ddp::train {
 
 enum class Preset { kReference, kFast };
-enum class ModelKind { kNet, kResnet, kResnet18, kResnet50 };
-enum class OptimizerKind { kSgd, kAdam };
+enum class ModelKind { kNet, kResnet, kResnet18, kResnet50, kGptNano, kGpt2, kGpt2Medium };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
 enum class LrSchedule { kConstant, kCosine };  // cosine: per step, to 0 at the end
 enum class OnNan { kStop, kSkip };             // a non-finite loss or gradient: stop, or skip it
 enum class BackendKind { kAuto, kGloo, kNccl, kMpi };  // auto: nccl on a GPU, gloo on the CPU
+enum class ParallelKind { kDdp, kFsdp };               // a whole replica per rank, or 1/N of it
 
 /// --device: auto (cuda when a GPU is visible, else cpu), cpu, cuda (GPU LOCAL_RANK) or cuda:N.
 struct DeviceChoice {
@@ -57,6 +58,17 @@ struct TrainOptions {
   LrSchedule lr_schedule = LrSchedule::kConstant;
   double warmup_epochs = 0;  // linear warm-up from 0 before the schedule
   uint64_t seed = 0;
+  // Language models (--model gpt-*, --dataset tokens): nanoGPT's train.py.
+  ParallelKind parallel = ParallelKind::kDdp;
+  int64_t steps = 5000;       // optimizer steps of the run
+  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  int64_t block_size = 0;     // 0: the model's context
+  double grad_clip = 1.0;     // the global gradient norm's limit (0: none)
+  double min_lr = 0;          // where the cosine schedule ends
+  int64_t warmup_steps = 0;   // linear warm-up from lr/(N+1)
+  double beta2 = 0.95;        // AdamW's second-moment decay
+  int64_t eval_every = 250;   // steps between validation losses (0: only at the end)
+  int64_t eval_batches = 20;  // batches per rank of each validation loss
   // Run.
   int threads = 0;                 // 0: cores / local workers, or OMP_NUM_THREADS
   int64_t max_steps = 0;           // per epoch; 0: the whole epoch
@@ -105,6 +117,9 @@ std::string to_string(Preset preset);
 std::string to_string(ModelKind model);
 std::string to_string(OptimizerKind optimizer);
 std::string to_string(BackendKind backend);
+std::string to_string(ParallelKind parallel);
+/// Whether `model` is a GPT (trained on tokens by lm/lm_training.h).
+bool is_language_model(ModelKind model);
 std::string to_string(const DeviceChoice& device);
 
 /// The effective configuration as TOML, one "key = value" line per flag (all of them): printed

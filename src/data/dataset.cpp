@@ -15,8 +15,9 @@ DatasetKind parse_dataset_kind(const std::string& name, const std::string& what)
   if (name == "fashion-mnist" || name == "fashion_mnist") return DatasetKind::kFashionMnist;
   if (name == "mnist") return DatasetKind::kMnist;
   if (name == "imagefolder" || name == "image-folder") return DatasetKind::kImageFolder;
+  if (name == "tokens") return DatasetKind::kTokens;
   throw InvalidArgument(c10::str(what, ": unknown data set '", name,
-                                 "'; use cifar10, fashion-mnist, mnist or imagefolder"));
+                                 "'; use cifar10, fashion-mnist, mnist, imagefolder or tokens"));
 }
 
 const char* dataset_kind_name(DatasetKind kind) {
@@ -29,6 +30,8 @@ const char* dataset_kind_name(DatasetKind kind) {
       return "mnist";
     case DatasetKind::kImageFolder:
       return "imagefolder";
+    case DatasetKind::kTokens:
+      return "tokens";
   }
   return "?";
 }
@@ -41,6 +44,9 @@ std::unique_ptr<Dataset> open_dataset(DatasetKind kind, const std::string& dir, 
       return std::make_unique<IdxDataset>(dir, split, "Fashion-MNIST");
     case DatasetKind::kMnist:
       return std::make_unique<IdxDataset>(dir, split, "MNIST");
+    case DatasetKind::kTokens:
+      throw InvalidArgument(c10::str("token data set ", dir,
+                                     ": tokens are read as windows (ddp::data::TokenDataset)"));
     case DatasetKind::kImageFolder:
       break;
   }

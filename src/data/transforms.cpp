@@ -26,6 +26,8 @@ void default_normalization(DatasetKind kind, std::vector<float>& mean, std::vect
       mean = kImageNetMean;
       std = kImageNetStd;
       return;
+    case DatasetKind::kTokens:
+      throw InvalidArgument("token data sets have no image normalisation");
   }
 }
 

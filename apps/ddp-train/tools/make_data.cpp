@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "ddp/data/synthetic.h"
+#include "ddp/data/tokens.h"
 #include "ddp/error.h"
 #include "flags.h"
 
@@ -13,6 +14,7 @@ enum class DataFormat { kCifar10, kIdx };
 
 struct MakeDataOptions {
   std::string out;
+  std::string tokens;  // a text file: a token set of its bytes instead of images
   DataFormat format = DataFormat::kCifar10;
   int64_t train = 5000;
   int64_t test = 1000;
@@ -27,6 +29,11 @@ const cli::FlagTable<MakeDataOptions>& table() {
       "make-data",
       {
           cli::text_flag<O>("--out", "DIR", "where to write the data set (required)", &O::out),
+          cli::text_flag<O>("--tokens", "TEXT_FILE",
+                            "instead of images, a token set for the GPTs: the file's bytes as "
+                            "tokens (vocabulary 256), 90% to DIR/train.bin and 10% to "
+                            "DIR/val.bin (nanoGPT's layout), and DIR/meta.json",
+                            &O::tokens),
           cli::choice_flag<O>("--format", "NAME",
                               "cifar10 (default): CIFAR-10 binary files under "
                               "DIR/cifar-10-batches-bin; idx: gzip'd IDX files (28x28, as MNIST) "
@@ -48,7 +55,7 @@ const cli::FlagTable<MakeDataOptions>& table() {
 std::string help() {
   return "usage: ddp-train make-data --out DIR [FLAGS]\n\n"
          "Writes a synthetic data set with learnable structure (each class a random prototype\n"
-         "image blended with noise).\n\nflags:\n" +
+         "image blended with noise), or with --tokens a token set of a text file.\n\nflags:\n" +
          table().help();
 }
 
@@ -63,6 +70,12 @@ int run_make_data(const std::vector<std::string>& args) {
     return 0;
   }
   if (o.out.empty()) throw InvalidArgument("make-data: --out DIR is required");
+  if (!o.tokens.empty()) {
+    const auto [train, val] = data::write_byte_tokens(o.tokens, o.out);
+    std::printf("wrote %lld train and %lld val tokens (the bytes of %s) to %s\n",
+                (long long)train, (long long)val, o.tokens.c_str(), o.out.c_str());
+    return 0;
+  }
   data::SyntheticOptions options;
   options.train_size(size_t(o.train));
   options.test_size(size_t(o.test));

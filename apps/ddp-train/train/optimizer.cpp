@@ -13,6 +13,10 @@ OptimizerFactory optimizer_factory(const TrainOptions& o) {
       case OptimizerKind::kAdam:
         return std::make_unique<torch::optim::Adam>(
             params, torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+      case OptimizerKind::kAdamW:
+        return std::make_unique<torch::optim::AdamW>(
+            params,
+            torch::optim::AdamWOptions(o.lr).betas({0.9, o.beta2}).weight_decay(o.weight_decay));
       case OptimizerKind::kSgd:
         break;
     }

@@ -24,6 +24,7 @@ std::vector<std::string> builtin_class_names(data::DatasetKind kind) {
               "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
     case data::DatasetKind::kMnist:
     case data::DatasetKind::kImageFolder:
+    case data::DatasetKind::kTokens:
       break;
   }
   return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};

@@ -206,6 +206,7 @@ std::string default_data_dir(data::DatasetKind kind) {
       return "data/mnist";
     case data::DatasetKind::kCifar10:
     case data::DatasetKind::kImageFolder:
+    case data::DatasetKind::kTokens:
       break;
   }
   return "data";
@@ -217,7 +218,7 @@ std::string data_dir_of(const TrainOptions& o) {
   return o.data_dir.empty() ? default_data_dir(o.dataset) : o.data_dir;
 }
 
-TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
+TrainingSetup set_up_process(const TrainOptions& o, const WorldInfo& world) {
   // Before any large tensor: each step's activations then reuse the last step's memory.
   const AllocatorPolicy allocator = retain_freed_memory();
   const TensorCachePolicy tensor_cache = cache_cpu_tensors(world.local_world_size);
@@ -251,6 +252,11 @@ TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
         s.group ? s.backend.c_str() : "none", threads, thread_reason.c_str());
     std::printf("memory: %s; %s\n", to_string(allocator).c_str(), to_string(tensor_cache).c_str());
   }
+  return s;
+}
+
+TrainingSetup set_up_training(const TrainOptions& o, const WorldInfo& world) {
+  TrainingSetup s = set_up_process(o, world);
   open_data(o, s);
   build_model(o, s);
   std::string loader_reason;

@@ -42,6 +42,10 @@ struct TrainingSetup {
   bool is_root() const { return world.rank == 0; }
 };
 
+/// The process alone: threads, memory, device and the process group (not the data or the
+/// model), its start-up lines printed by rank 0.
+TrainingSetup set_up_process(const TrainOptions& options, const WorldInfo& world);
+
 /// Sets this process up as `options` and the launcher's environment say. Throws ddp::Error
 /// naming the flag, the file or the rank for anything that cannot be used.
 TrainingSetup set_up_training(const TrainOptions& options, const WorldInfo& world);

@@ -45,9 +45,9 @@ class Dataset {
 /// The data sets the library reads, by name (torchvision's data sets of the same names): three
 /// binary sets held in memory (open_dataset), and image folders read file by file
 /// (image_folder.h, image_pipeline.h).
-enum class DatasetKind { kCifar10, kFashionMnist, kMnist, kImageFolder };
+enum class DatasetKind { kCifar10, kFashionMnist, kMnist, kImageFolder, kTokens };
 
-/// Parses "cifar10", "fashion-mnist", "mnist" or "imagefolder" (also "cifar-10",
+/// Parses "cifar10", "fashion-mnist", "mnist", "imagefolder" or "tokens" (also "cifar-10",
 /// "fashion_mnist", "image-folder"); throws InvalidArgument starting with `what` otherwise.
 DatasetKind parse_dataset_kind(const std::string& name, const std::string& what = "data set");
 
