@@ -16,6 +16,7 @@ parameter groups, the for-loop AdamW) is fixed so a C++ implementation can repro
 """
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -127,10 +128,7 @@ def local(t):
     return t.to_local() if hasattr(t, "to_local") else t  # FSDP2 DTensor -> this rank's shard
 
 
-def worker(rank, a):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(a.port)
-    dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
-    torch.set_num_threads(a.threads)
+def train(rank, a):
     data = np.memmap(os.path.join(a.data_dir, "train.bin"), dtype=np.uint16, mode="r")
 
     torch.manual_seed(a.seed)
@@ -212,11 +210,21 @@ def worker(rank, a):
             out.flush()
     if out and out is not sys.stdout:
         out.close()
-    # Tear down in order: all ranks done, DDP's reducer / FSDP's hooks gone, then the process group.
-    # (Destroying the group while a peer is still in a collective, or with DDP alive, aborted rank 0.)
     dist.barrier()
-    del model, opt
+
+
+def worker(rank, a):
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(a.port)
+    dist.init_process_group("gloo", rank=rank, world_size=a.nproc)
+    torch.set_num_threads(a.threads)
+    train(rank, a)
+    # Free the model/optimizer (FSDP's reference cycles included) and the process group while the
+    # interpreter is still fully alive: otherwise Py_Finalize's GC drops them, a Gloo worker thread
+    # then releases its last Work's Python-owned tensors, cannot take the GIL, and aborts
+    # ("terminate called without an active exception", seen in ~1 of 10 runs).
+    gc.collect()
     dist.destroy_process_group()
+    gc.collect()
 
 
 def main():

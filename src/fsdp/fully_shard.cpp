@@ -9,7 +9,6 @@
 #include "ddp/fsdp/fully_shard.h"
 
 #include <algorithm>
-#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -336,20 +335,23 @@ void FSDPState::set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; 
 bool FSDPState::requires_gradient_sync() const { return sync_gradients_; }
 
 double FSDPState::clip_grad_norm_(double max_norm) {
+  // The arithmetic of torch.nn.utils.clip_grad_norm_ over FSDP2's sharded gradients, in float32
+  // as there: each parameter's norm from its shards' (a local norm, squared, summed over the
+  // ranks, to the power 1/2: DTensor's partial norm), the norm of those norms, then one factor.
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
+  std::vector<torch::Tensor> grads, local_norms;
   for (const auto& shard : parameters()) {
-    if (shard.grad().defined()) grads.push_back(shard.grad());
+    if (!shard.grad().defined()) continue;
+    grads.push_back(shard.grad());
+    local_norms.push_back(shard.grad().norm().to(torch::kFloat));
   }
-  torch::Tensor squares = torch::zeros({1}, torch::kDouble);
-  for (const auto& g : grads) squares += g.to(torch::kDouble).pow(2).sum();
+  if (grads.empty()) return 0.0;
+  torch::Tensor squares = torch::stack(local_norms).pow(2);
   group_->allreduce(squares).wait();
-  const double total = std::sqrt(squares.item<double>());
-  const double coefficient = max_norm / (total + 1e-6);
-  if (coefficient < 1) {
-    for (auto& g : grads) g.mul_(coefficient);
-  }
-  return total;
+  const torch::Tensor total = squares.pow(0.5).norm();
+  const torch::Tensor coefficient = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(coefficient);
+  return total.item<double>();
 }
 
 void FSDPState::unshard() {

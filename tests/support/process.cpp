@@ -181,4 +181,9 @@ ProcessResult run_tool(const std::string& script, const std::vector<std::string>
   return run_python_file(source_dir() + "/tools/" + script, args, timeout);
 }
 
+ProcessResult run_bench(const std::string& script, const std::vector<std::string>& args,
+                        std::chrono::milliseconds timeout) {
+  return run_python_file(source_dir() + "/bench/" + script, args, timeout);
+}
+
 }  // namespace ddp::test

@@ -81,6 +81,10 @@ ProcessResult run_python(const std::string& script, const std::vector<std::strin
 ProcessResult run_tool(const std::string& script, const std::vector<std::string>& args,
                        std::chrono::milliseconds timeout = std::chrono::seconds(300));
 
+/// The same for a benchmark's reference, `script` from bench/ (nanogpt_reference.py).
+ProcessResult run_bench(const std::string& script, const std::vector<std::string>& args,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(300));
+
 /// The source tree and the ddp-train binary.
 inline std::string source_dir() { return DDP_SOURCE_DIR; }
 inline std::string train_bin() { return DDP_TRAIN_BIN; }
