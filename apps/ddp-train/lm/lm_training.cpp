@@ -145,6 +145,7 @@ void run_language_model_training(const TrainOptions& o, const WorldInfo& world) 
   int64_t state_bytes = 0;
   auto window_start = Clock::now();
   for (int64_t step = 0; step < o.steps; ++step) {
+    const auto step_start = Clock::now();
     const double lr = lm_lr(o, step);
     for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
     double step_loss = 0;
@@ -183,11 +184,14 @@ void run_language_model_training(const TrainOptions& o, const WorldInfo& world) 
       std::fflush(stdout);
     }
     if (s.is_root()) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
       metrics.write(JsonRecord()
                         .add("step", step)
                         .add("loss", step_loss)
                         .add("lr", lr)
-                        .add("grad_norm", norm));
+                        .add("grad_norm", norm)
+                        .add("tokens", tokens_per_step)
+                        .add("step_seconds", seconds));
     }
     if ((step + 1) % o.log_every == 0 || step == 0) window_start = Clock::now();
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) evaluate(step + 1);
