@@ -71,7 +71,12 @@ int train(const std::vector<std::string>& args) {
   const ddp::WorldInfo world = ddp::WorldInfo::from_environment();
   if (options.dry_run) {
     const bool will_launch = options.nproc_per_node > 0 && world.source == "default";
-    ddp::train::print_plan(options, will_launch ? options.nproc_per_node : world.world_size);
+    const int ranks = will_launch ? options.nproc_per_node : world.world_size;
+    if (ddp::train::is_language_model(options.model)) {
+      ddp::train::print_language_model_plan(options, ranks);
+    } else {
+      ddp::train::print_plan(options, ranks);
+    }
     return 0;
   }
   if (options.nproc_per_node > 0 && world.source == "default") {

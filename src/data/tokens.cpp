@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -203,7 +204,9 @@ std::pair<int64_t, int64_t> write_byte_tokens(const std::string& text_file, cons
   std::vector<uint16_t> tokens(text.begin(), text.end());
   for (size_t i = 0; i < text.size(); ++i)
     tokens[i] = uint16_t(static_cast<unsigned char>(text[i]));
-  ::mkdir(dir.c_str(), 0755);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw IoError(c10::str("cannot create ", dir, ": ", error.message()));
   write_file_atomic(dir + "/train.bin", tokens.data(), size_t(n - n_val) * sizeof(uint16_t));
   write_file_atomic(dir + "/val.bin", tokens.data() + (n - n_val),
                     size_t(n_val) * sizeof(uint16_t));

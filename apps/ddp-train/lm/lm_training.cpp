@@ -89,14 +89,38 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& targets)
       logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}));
 }
 
+models::GPTConfig config_of(const TrainOptions& o, const data::TokenDataset& data) {
+  models::GPTConfig config = models::GPTConfig::named(to_string(o.model), data.vocab_size);
+  if (o.block_size > 0) config.block_size = o.block_size;
+  return config;
+}
+
 }  // namespace
+
+void print_language_model_plan(const TrainOptions& o, int world_size) {
+  const data::TokenDataset data = data::TokenDataset::open(o.data_dir);
+  const models::GPTConfig config = config_of(o, data);
+  std::printf("configuration:\n%s", config_text(o).c_str());
+  std::printf(
+      "plan: %d rank(s), %s; %s data in %s: %lld train and %lld val tokens, vocabulary %lld\n",
+      world_size, to_string(o.parallel).c_str(), data.format.c_str(), o.data_dir.c_str(),
+      (long long)data.train.size(), (long long)data.val.size(), (long long)data.vocab_size);
+  std::printf("  %s: %lld layers, %lld heads, %lld wide, context %lld\n",
+              to_string(o.model).c_str(), (long long)config.n_layer, (long long)config.n_head,
+              (long long)config.n_embd, (long long)config.block_size);
+  std::printf(
+      "  %lld optimizer steps of %lld tokens (%lld windows per rank x %lld micro-batches); "
+      "validation loss every %lld steps over %lld batches per rank\n",
+      (long long)o.steps, (long long)(o.batch_size * config.block_size * o.grad_accum * world_size),
+      (long long)o.batch_size, (long long)o.grad_accum, (long long)o.eval_every,
+      (long long)o.eval_batches);
+}
 
 void run_language_model_training(const TrainOptions& o, const WorldInfo& world) {
   TrainingSetup s = set_up_process(o, world);
   const int rank = s.world.rank, ranks = s.world.world_size;
   const data::TokenDataset data = data::TokenDataset::open(o.data_dir);
-  models::GPTConfig config = models::GPTConfig::named(to_string(o.model), data.vocab_size);
-  if (o.block_size > 0) config.block_size = o.block_size;
+  const models::GPTConfig config = config_of(o, data);
   torch::manual_seed(int64_t(o.seed));
   models::GPT gpt(config);
   if (!o.init_from.empty()) load_state_dict(*gpt, read_state_dict(o.init_from), o.init_from);
@@ -201,14 +225,15 @@ void run_language_model_training(const TrainOptions& o, const WorldInfo& world) 
   const double peak_unsharded = max_over_ranks(s.group.get(), double(model.peak_unsharded_bytes()));
   const double peak_rss = max_over_ranks(s.group.get(), double(peak_rss_bytes()));
   if (s.is_root()) {
+    char gathered[96] = "";
+    if (o.parallel == ParallelKind::kFsdp) {
+      std::snprintf(gathered, sizeof gathered, ", gathered at once at most %.1f MiB",
+                    peak_unsharded / 1048576.0);
+    }
     std::printf(
         "memory per rank (the largest): parameters + gradients + optimizer state %.1f MiB%s; "
         "peak resident %.1f MiB\n",
-        peak_state / 1048576.0,
-        o.parallel == ParallelKind::kFsdp
-            ? c10::str(", gathered at once at most ", peak_unsharded / 1048576.0, " MiB").c_str()
-            : "",
-        peak_rss / 1048576.0);
+        peak_state / 1048576.0, gathered, peak_rss / 1048576.0);
     metrics.write(JsonRecord()
                       .add("memory", true)
                       .add("state_bytes_per_rank", int64_t(peak_state))

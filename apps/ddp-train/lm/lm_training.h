@@ -11,4 +11,7 @@ namespace ddp::train {
 /// Trains as `options` says, as rank world.rank of world.world_size.
 void run_language_model_training(const TrainOptions& options, const WorldInfo& world);
 
+/// --dry-run: the configuration, the data and the model's shape, the steps.
+void print_language_model_plan(const TrainOptions& options, int world_size);
+
 }  // namespace ddp::train
