@@ -8,6 +8,8 @@
 #include "ddp/error.h"
 #include "elastic_flags.h"
 #include "flags.h"
+#include "lm/lm_options.h"
+#include "option_checks.h"
 
 namespace ddp::train {
 namespace {
@@ -28,7 +30,6 @@ const Names<ModelKind> kModels = {{ModelKind::kNet, "net"},
                                   {ModelKind::kGptNano, "gpt-nano"},
                                   {ModelKind::kGpt2, "gpt2"},
                                   {ModelKind::kGpt2Medium, "gpt2-medium"}};
-const Names<ParallelKind> kParallel = {{ParallelKind::kDdp, "ddp"}, {ParallelKind::kFsdp, "fsdp"}};
 const Names<data::OnBadSample> kOnBadSample = {{data::OnBadSample::kStop, "stop"},
                                                {data::OnBadSample::kSkip, "skip"}};
 const Names<OptimizerKind> kOptimizers = {
@@ -201,37 +202,6 @@ const cli::FlagTable<O>& table() {
                        "betas 0.9 and --beta2, --weight-decay on the weights of two or more "
                        "dimensions only, as nanoGPT)",
                        &O::optimizer, "optimizer", kOptimizers),
-        choice_flag<O>("--parallel", "HOW",
-                       "GPTs: ddp (default): a whole replica per rank, gradients all-reduced; "
-                       "fsdp: each block and the rest sharded over the ranks (FSDP2's "
-                       "semantics): parameters, gradients and AdamW's state 1/N per rank",
-                       &O::parallel, "parallelism", kParallel),
-        int_flag<O>("--steps", "N", "GPTs: optimizer steps of the run (default 5000)", &O::steps, 1,
-                    kHuge),
-        int_flag<O>("--grad-accum", "N",
-                    "GPTs: micro-batches of --batch-size per optimizer step, the gradients "
-                    "communicated after the last only (default 1)",
-                    &O::grad_accum, 1, 1 << 20),
-        int_flag<O>("--block-size", "N", "GPTs: tokens of context (default: the model's)",
-                    &O::block_size, 0, 1 << 20),
-        real_flag<O>("--grad-clip", "X",
-                     "GPTs: scale the gradients so that their global norm is at most X "
-                     "(default 1; 0: no clipping)",
-                     &O::grad_clip, 0, 1e9),
-        real_flag<O>("--min-lr", "X",
-                     "GPTs: the learning rate --lr-schedule cosine ends at (default 0)", &O::min_lr,
-                     0, 1e3),
-        int_flag<O>("--warmup-steps", "N",
-                    "GPTs: raise the learning rate linearly over the first N steps (default 0)",
-                    &O::warmup_steps, 0, kHuge),
-        real_flag<O>("--beta2", "X", "GPTs: AdamW's beta2 (default 0.95)", &O::beta2, 0, 1),
-        int_flag<O>("--eval-every", "N",
-                    "GPTs: the validation loss every N steps and at the end (default 250; 0: "
-                    "at the end only)",
-                    &O::eval_every, 0, kHuge),
-        int_flag<O>("--eval-batches", "N",
-                    "GPTs: batches per rank in each validation loss (default 20)", &O::eval_batches,
-                    1, kHuge),
         switch_flag<O>("--no-pad",
                        "visit every training image exactly once per epoch: no padding of the "
                        "shards; ranks with one batch fewer join (shadow the others' "
@@ -386,6 +356,7 @@ const cli::FlagTable<O>& table() {
                      "ddp-train evaluate: the checkpoint or state dict to evaluate",
                      &O::checkpoint),
     };
+    for (auto& f : language_model_flags()) list.push_back(f);
     // With --nproc-per-node, the launcher's membership flags (ddprun's, torchrun's).
     for (auto& f : cli::elastic_flags<O>([](auto& o) -> auto& { return o.launcher; }))
       list.push_back(f);
@@ -406,115 +377,12 @@ TrainOptions parse_flags(const std::vector<std::string>& args, bool& help) {
   return options;
 }
 
-void check_language_model_options(const TrainOptions& o);
-
-// Flags that only make sense together, checked once everything is merged.
-void check_combinations(const TrainOptions& options) {
-  if (options.resume == "auto" && options.checkpoint_dir.empty()) {
-    throw InvalidArgument("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
-  }
-  if (!options.resume.empty() && !options.init_from.empty()) {
-    throw InvalidArgument(
-        "--resume and --init-from exclude each other: a checkpoint already holds the weights");
-  }
-  const LaunchOptions& l = options.launcher;
-  const bool launcher_flags = l.nnodes() != 1 || l.rdzv_backend() != "static" ||
-                              !l.rdzv_endpoint().empty() || l.max_restarts() > 0 ||
-                              l.on_failure() != "restart";
-  if (launcher_flags && options.nproc_per_node == 0) {
-    throw InvalidArgument(
-        "--nnodes, --rdzv-backend, --rdzv-endpoint, --max-restarts and --on-failure are the "
-        "launcher's: add --nproc-per-node N (workers on this node), or give them to ddprun");
-  }
-  if (l.on_failure() == "continue") check_fault_tolerance_options(options);
-  if (options.precision == Precision::kFp16 && options.zero) {
-    throw InvalidArgument(
-        "--precision fp16 cannot be combined with --zero yet: its loss scaler steps an optimizer "
-        "over all the parameters (use bf16, which needs no loss scaling, with --zero)");
-  }
-  if (options.checkpoint_every_steps > 0 && options.checkpoint_dir.empty()) {
-    throw InvalidArgument("--checkpoint-every-steps needs --checkpoint-dir (where to write them)");
-  }
-  if (!options.download_md5.empty() && options.download_url.empty()) {
-    throw InvalidArgument("--download-md5 only applies together with --download-url");
-  }
-  const bool folder = options.dataset == data::DatasetKind::kImageFolder;
-  if (folder && options.random_crop) {
-    throw InvalidArgument(
-        "--random-crop pads and crops the in-memory sets; --dataset imagefolder always takes "
-        "torchvision's RandomResizedCrop (leave out --random-crop)");
-  }
-  if (!folder && (options.image_size != 224 || options.full_decode)) {
-    throw InvalidArgument(c10::str(options.image_size != 224 ? "--image-size" : "--full-decode",
-                                   " applies to --dataset imagefolder (the in-memory sets have "
-                                   "their own image size)"));
-  }
-  if (options.local_batchnorm && options.model == ModelKind::kNet) {
-    throw InvalidArgument("--local-batchnorm: --model net has no batch norm");
-  }
-  if (folder && options.data_dir.empty()) {
-    throw InvalidArgument(
-        "--dataset imagefolder needs --data-dir DIR, with DIR/train/<class>/* and "
-        "DIR/val/<class>/* (ImageNet's layout)");
-  }
-  check_language_model_options(options);
-}
-
-// The GPTs train on tokens with their own loop (lm/lm_training.h), which has some of the
-// image classifiers' features and not others.
-void check_language_model_options(const TrainOptions& o) {
-  const bool gpt = is_language_model(o.model);
-  const bool tokens = o.dataset == data::DatasetKind::kTokens;
-  if (gpt != tokens) {
-    throw InvalidArgument(
-        gpt ? c10::str("--model ", to_string(o.model), " trains on --dataset tokens --data-dir DIR")
-            : c10::str("--dataset tokens is for --model gpt-nano, gpt2 or "
-                       "gpt2-medium, not ",
-                       to_string(o.model)));
-  }
-  if (!gpt) {
-    if (o.parallel == ParallelKind::kFsdp) {
-      throw InvalidArgument(
-          "--parallel fsdp shards the GPTs' blocks (--model gpt-*); the image "
-          "classifiers use DDP, with --zero to shard the optimizer state");
-    }
-    return;
-  }
-  if (o.data_dir.empty()) throw InvalidArgument("--dataset tokens needs --data-dir DIR");
-  auto refuse = [&o](bool given, const char* flag, const char* why) {
-    if (given) {
-      throw InvalidArgument(
-          c10::str(flag, " does not apply to --model ", to_string(o.model), ": ", why));
-    }
-  };
-  refuse(!o.checkpoint_dir.empty() || !o.resume.empty(), "--checkpoint-dir/--resume",
-         "the GPTs' checkpoints are not written yet; --export writes the weights at the end");
-  refuse(o.zero, "--zero", "use --parallel fsdp, which shards the gradients and weights too");
-  refuse(o.precision == Precision::kFp16, "--precision fp16",
-         "not yet for the GPTs (bf16 is: it needs no loss scaling)");
-  refuse(o.comm_hook != "allreduce", "--comm-hook",
-         "the GPTs' gradients are all-reduced as they are");
-  refuse(o.no_sync_baseline, "--no-sync-baseline/--lockstep-baseline",
-         "benchmark flags of the CNNs");
-  refuse(o.launcher.on_failure() == "continue", "--on-failure continue",
-         "the GPTs' training restarts from --init-from only");
-  refuse(o.no_pad || o.normalize || o.random_crop || o.horizontal_flip || o.channels_last,
-         "--no-pad/--normalize/--random-crop/--hflip/--channels-last", "they are for images");
-}
-
 }  // namespace
 
 std::string to_string(Preset preset) { return cli::choice_name(preset, kPresets); }
 std::string to_string(ModelKind model) { return cli::choice_name(model, kModels); }
 std::string to_string(OptimizerKind optimizer) { return cli::choice_name(optimizer, kOptimizers); }
 std::string to_string(BackendKind backend) { return cli::choice_name(backend, kBackends); }
-std::string to_string(ParallelKind parallel) { return cli::choice_name(parallel, kParallel); }
-
-bool is_language_model(ModelKind model) {
-  return model == ModelKind::kGptNano || model == ModelKind::kGpt2 ||
-         model == ModelKind::kGpt2Medium;
-}
-
 std::string to_string(const DeviceChoice& device) {
   switch (device.kind) {
     case DeviceChoice::Kind::kAuto:

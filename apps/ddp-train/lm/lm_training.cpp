@@ -116,137 +116,191 @@ void print_language_model_plan(const TrainOptions& o, int world_size) {
       (long long)o.eval_batches);
 }
 
-void run_language_model_training(const TrainOptions& o, const WorldInfo& world) {
-  TrainingSetup s = set_up_process(o, world);
-  const int rank = s.world.rank, ranks = s.world.world_size;
-  const data::TokenDataset data = data::TokenDataset::open(o.data_dir);
-  const models::GPTConfig config = config_of(o, data);
-  torch::manual_seed(int64_t(o.seed));
-  models::GPT gpt(config);
-  if (!o.init_from.empty()) load_state_dict(*gpt, read_state_dict(o.init_from), o.init_from);
-  gpt->to(s.device);
-  ParallelGPT model(gpt, o, s.group);
-  auto optimizer = make_optimizer(o, model);
-  const data::TokenWindows train(data.train, config.block_size, o.batch_size, o.seed, rank);
-  // Validation windows from their own seeds, the same at every evaluation.
-  const data::TokenWindows val(data.val, config.block_size, o.batch_size, o.seed + 500009, rank);
-  const int64_t tokens_per_step = o.batch_size * config.block_size * o.grad_accum * ranks;
-  if (s.is_root()) {
+namespace {
+
+// One run: what it trains on and with, and its steps, each a function.
+class LanguageModelRun {
+ public:
+  LanguageModelRun(const TrainOptions& o, const WorldInfo& world)
+      : o_(o),
+        s_(set_up_process(o, world)),
+        data_(data::TokenDataset::open(o.data_dir)),
+        config_(config_of(o, data_)),
+        gpt_(seeded_gpt()),
+        model_(gpt_, o, s_.group),
+        optimizer_(make_optimizer(o, model_)),
+        train_(data_.train, config_.block_size, o.batch_size, o.seed, s_.world.rank),
+        // Validation windows from seeds of their own, the same at every evaluation.
+        val_(data_.val, config_.block_size, o.batch_size, o.seed + 500009, s_.world.rank),
+        tokens_per_step_(o.batch_size * config_.block_size * o.grad_accum * s_.world.world_size),
+        metrics_(s_.is_root() ? o.metrics : std::string()) {}
+
+  void run() {
+    if (s_.is_root()) print_banner();
+    if (s_.group) s_.group->monitored_barrier(to_ms(o_.timeout), "start-up");
+    auto window_start = Clock::now();
+    for (int64_t step = 0; step < o_.steps; ++step) {
+      const auto step_start = Clock::now();
+      const double lr = lm_lr(o_, step);
+      const auto [loss, norm] = train_step(step, lr);
+      const bool last = step + 1 == o_.steps;
+      if (s_.is_root()) {
+        const bool logged = (step + 1) % o_.log_every == 0 || step == 0 || last;
+        if (logged) log_step(step, loss, lr, norm, window_start);
+        write_step(step, loss, lr, norm, seconds_since(step_start));
+        if (logged) window_start = Clock::now();
+      }
+      if ((o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) || last) evaluate(step + 1);
+    }
+    report_memory();
+    if (!o_.export_path.empty()) export_weights();
+  }
+
+ private:
+  static double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  models::GPT seeded_gpt() const {
+    torch::manual_seed(int64_t(o_.seed));
+    models::GPT gpt(config_);
+    if (!o_.init_from.empty()) load_state_dict(*gpt, read_state_dict(o_.init_from), o_.init_from);
+    gpt->to(s_.device);
+    return gpt;
+  }
+
+  // FSDP computes in its mixed-precision policy's dtype; DDP under autocast.
+  Precision autocast_precision() const {
+    return o_.parallel == ParallelKind::kDdp ? o_.precision : Precision::kFp32;
+  }
+
+  void print_banner() const {
     std::printf(
         "model %s: %.2fM parameters (%.2fM without the positions), %lld layers, %lld heads, "
         "%lld wide, context %lld, vocabulary %lld (%s data, %lld train / %lld val tokens)\n",
-        to_string(o.model).c_str(), double(gpt->num_parameters(false)) / 1e6,
-        double(gpt->num_parameters(true)) / 1e6, (long long)config.n_layer,
-        (long long)config.n_head, (long long)config.n_embd, (long long)config.block_size,
-        (long long)config.vocab_size, data.format.c_str(), (long long)data.train.size(),
-        (long long)data.val.size());
+        to_string(o_.model).c_str(), double(gpt_->num_parameters(false)) / 1e6,
+        double(gpt_->num_parameters(true)) / 1e6, (long long)config_.n_layer,
+        (long long)config_.n_head, (long long)config_.n_embd, (long long)config_.block_size,
+        (long long)config_.vocab_size, data_.format.c_str(), (long long)data_.train.size(),
+        (long long)data_.val.size());
     std::printf("%s over %d rank(s): %lld tokens per step (%lld per rank x %lld micro-batches)\n",
-                s.group ? to_string(o.parallel).c_str() : "one process", ranks,
-                (long long)tokens_per_step, (long long)(o.batch_size * config.block_size),
-                (long long)o.grad_accum);
+                s_.group ? to_string(o_.parallel).c_str() : "one process", s_.world.world_size,
+                (long long)tokens_per_step_, (long long)(o_.batch_size * config_.block_size),
+                (long long)o_.grad_accum);
   }
-  if (s.group) s.group->monitored_barrier(to_ms(o.timeout), "start-up");
 
-  MetricsWriter metrics(s.is_root() ? o.metrics : std::string());
-  auto evaluate = [&](int64_t step) {
-    torch::NoGradGuard no_grad;
-    std::vector<double> sums = {0, 0};
-    for (int64_t j = 0; j < o.eval_batches; ++j) {
-      auto [x, y] = val.batch(j);
-      Autocast autocast(s.device,
-                        o.parallel == ParallelKind::kDdp ? o.precision : Precision::kFp32);
-      sums[0] += loss_of(model.forward(x.to(s.device)), y.to(s.device)).item<double>();
-      sums[1] += 1;
-    }
-    sum_over_ranks(s.group.get(), sums);
-    const double val_loss = sums[0] / sums[1];
-    if (s.is_root()) {
-      std::printf("step %lld: val loss %.4f\n", (long long)step, val_loss);
-      metrics.write(JsonRecord().add("eval_step", step).add("val_loss", val_loss));
-    }
-  };
-
-  int64_t state_bytes = 0;
-  auto window_start = Clock::now();
-  for (int64_t step = 0; step < o.steps; ++step) {
-    const auto step_start = Clock::now();
-    const double lr = lm_lr(o, step);
-    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+  // The micro-batches, then clipping and the optimizer; returns the loss (the mean of the
+  // micro-batches', this rank's) and the gradients' norm before clipping.
+  std::pair<double, double> train_step(int64_t step, double lr) {
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     double step_loss = 0;
-    for (int64_t m = 0; m < o.grad_accum; ++m) {
-      model.set_gradient_sync(m == o.grad_accum - 1);
-      auto [x, y] = train.batch(step * o.grad_accum + m);
+    for (int64_t m = 0; m < o_.grad_accum; ++m) {
+      model_.set_gradient_sync(m == o_.grad_accum - 1);
+      auto [x, y] = train_.batch(step * o_.grad_accum + m);
       torch::Tensor logits;
       {
-        // FSDP computes in its mixed-precision policy's dtype; DDP under autocast.
-        Autocast autocast(s.device,
-                          o.parallel == ParallelKind::kDdp ? o.precision : Precision::kFp32);
-        logits = model.forward(x.to(s.device));
+        Autocast autocast(s_.device, autocast_precision());
+        logits = model_.forward(x.to(s_.device));
       }
-      torch::Tensor loss = loss_of(logits, y.to(s.device)) / double(o.grad_accum);
+      torch::Tensor loss = loss_of(logits, y.to(s_.device)) / double(o_.grad_accum);
       loss.backward();
       step_loss += loss.item<double>();
     }
     if (!std::isfinite(step_loss)) {
-      throw DataError(c10::str("step ", step, " (rank ", rank, "): the loss is ", step_loss,
-                               "; lower --lr or raise --warmup-steps"));
+      throw DataError(c10::str("step ", step, " (rank ", s_.world.rank, "): the loss is ",
+                               step_loss, "; lower --lr or raise --warmup-steps"));
     }
-    const double norm = o.grad_clip > 0 ? model.clip_grad_norm(o.grad_clip) : 0.0;
-    optimizer->step();
-    state_bytes = std::max(state_bytes, model.parameter_and_gradient_bytes() +
-                                            optimizer_state_tensor_bytes(*optimizer));
-    optimizer->zero_grad();
-    const bool last = step + 1 == o.steps;
-    if (s.is_root() && ((step + 1) % o.log_every == 0 || step == 0 || last)) {
-      const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
-      const int64_t steps_in_window =
-          step == 0 ? 1 : ((step + 1) % o.log_every == 0 ? o.log_every : (step + 1) % o.log_every);
-      const double tokens_per_second = double(tokens_per_step * steps_in_window) / seconds;
-      std::printf("step %lld/%lld: loss %.4f, lr %.3g, grad norm %.3f, %.0f tokens/s\n",
-                  (long long)(step + 1), (long long)o.steps, step_loss, lr, norm,
-                  tokens_per_second);
-      std::fflush(stdout);
-    }
-    if (s.is_root()) {
-      const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-      metrics.write(JsonRecord()
-                        .add("step", step)
-                        .add("loss", step_loss)
-                        .add("lr", lr)
-                        .add("grad_norm", norm)
-                        .add("tokens", tokens_per_step)
-                        .add("step_seconds", seconds));
-    }
-    if ((step + 1) % o.log_every == 0 || step == 0) window_start = Clock::now();
-    if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) evaluate(step + 1);
+    const double norm = o_.grad_clip > 0 ? model_.clip_grad_norm(o_.grad_clip) : 0.0;
+    optimizer_->step();
+    state_bytes_ = std::max(state_bytes_, model_.parameter_and_gradient_bytes() +
+                                              optimizer_state_tensor_bytes(*optimizer_));
+    optimizer_->zero_grad();
+    return {step_loss, norm};
   }
 
-  const double peak_state = max_over_ranks(s.group.get(), double(state_bytes));
-  const double peak_unsharded = max_over_ranks(s.group.get(), double(model.peak_unsharded_bytes()));
-  const double peak_rss = max_over_ranks(s.group.get(), double(peak_rss_bytes()));
-  if (s.is_root()) {
+  void log_step(int64_t step, double loss, double lr, double norm, Clock::time_point since) {
+    const int64_t steps = step - last_logged_step_;  // since the last line
+    last_logged_step_ = step;
+    std::printf("step %lld/%lld: loss %.4f, lr %.3g, grad norm %.3f, %.0f tokens/s\n",
+                (long long)(step + 1), (long long)o_.steps, loss, lr, norm,
+                double(tokens_per_step_ * steps) / seconds_since(since));
+    std::fflush(stdout);
+  }
+
+  void write_step(int64_t step, double loss, double lr, double norm, double seconds) {
+    metrics_.write(JsonRecord()
+                       .add("step", step)
+                       .add("loss", loss)
+                       .add("lr", lr)
+                       .add("grad_norm", norm)
+                       .add("tokens", tokens_per_step_)
+                       .add("step_seconds", seconds));
+  }
+
+  void evaluate(int64_t step) {
+    torch::NoGradGuard no_grad;
+    std::vector<double> sums = {0, 0};
+    for (int64_t j = 0; j < o_.eval_batches; ++j) {
+      auto [x, y] = val_.batch(j);
+      Autocast autocast(s_.device, autocast_precision());
+      sums[0] += loss_of(model_.forward(x.to(s_.device)), y.to(s_.device)).item<double>();
+      sums[1] += 1;
+    }
+    sum_over_ranks(s_.group.get(), sums);
+    const double val_loss = sums[0] / sums[1];
+    if (s_.is_root()) {
+      std::printf("step %lld: val loss %.4f\n", (long long)step, val_loss);
+      metrics_.write(JsonRecord().add("eval_step", step).add("val_loss", val_loss));
+    }
+  }
+
+  void report_memory() {
+    ProcessGroup* group = s_.group.get();
+    const double state = max_over_ranks(group, double(state_bytes_));
+    const double unsharded = max_over_ranks(group, double(model_.peak_unsharded_bytes()));
+    const double rss = max_over_ranks(group, double(peak_rss_bytes()));
+    if (!s_.is_root()) return;
     char gathered[96] = "";
-    if (o.parallel == ParallelKind::kFsdp) {
+    if (o_.parallel == ParallelKind::kFsdp) {
       std::snprintf(gathered, sizeof gathered, ", gathered at once at most %.1f MiB",
-                    peak_unsharded / 1048576.0);
+                    unsharded / 1048576.0);
     }
     std::printf(
         "memory per rank (the largest): parameters + gradients + optimizer state %.1f MiB%s; "
         "peak resident %.1f MiB\n",
-        peak_state / 1048576.0, gathered, peak_rss / 1048576.0);
-    metrics.write(JsonRecord()
-                      .add("memory", true)
-                      .add("state_bytes_per_rank", int64_t(peak_state))
-                      .add("peak_unsharded_bytes_per_rank", int64_t(peak_unsharded))
-                      .add("peak_rss_bytes_per_rank", int64_t(peak_rss)));
+        state / 1048576.0, gathered, rss / 1048576.0);
+    metrics_.write(JsonRecord()
+                       .add("memory", true)
+                       .add("state_bytes_per_rank", int64_t(state))
+                       .add("peak_unsharded_bytes_per_rank", int64_t(unsharded))
+                       .add("peak_rss_bytes_per_rank", int64_t(rss)));
   }
-  if (!o.export_path.empty()) {
-    const auto state = model.full_state_dict();  // every rank: collective under FSDP
-    if (s.is_root()) {
-      save_tensors(o.export_path, state);
-      std::printf("exported the weights (nanoGPT's names) to %s\n", o.export_path.c_str());
-    }
+
+  void export_weights() {
+    const auto state = model_.full_state_dict();  // every rank: collective under FSDP
+    if (!s_.is_root()) return;
+    save_tensors(o_.export_path, state);
+    std::printf("exported the weights (nanoGPT's names) to %s\n", o_.export_path.c_str());
   }
+
+  const TrainOptions& o_;
+  TrainingSetup s_;
+  const data::TokenDataset data_;
+  const models::GPTConfig config_;
+  models::GPT gpt_;
+  ParallelGPT model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  const data::TokenWindows train_, val_;
+  const int64_t tokens_per_step_;
+  MetricsWriter metrics_;
+  int64_t state_bytes_ = 0;  // parameters, gradients and optimizer state: the most after a step
+  int64_t last_logged_step_ = -1;
+};
+
+}  // namespace
+
+void run_language_model_training(const TrainOptions& o, const WorldInfo& world) {
+  LanguageModelRun(o, world).run();
 }
 
 }  // namespace ddp::train
