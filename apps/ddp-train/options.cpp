@@ -440,7 +440,7 @@ std::vector<std::string> launcher_flag_names() {
 }
 
 std::string train_help() {
-  return "ddp-train: train an image classifier with distributed data parallelism.\n\n"
+  return "ddp-train: train an image classifier or a GPT with distributed data parallelism.\n\n"
          "usage: ddp-train [FLAGS]                 train (defaults: the reference program)\n"
          "       ddp-train evaluate --checkpoint FILE [--dataset ...]   test-set accuracy of a "
          "model\n"
@@ -451,7 +451,8 @@ std::string train_help() {
          "       ddp-train plot-trace TRACE.json -o timeline.png   the last steps of a --trace\n"
          "       ddp-train preview --dataset ... -o grid.png   the first batch as the model sees "
          "it\n"
-         "       ddp-train analyze DIR             why a job run with --debug-dir DIR hung\n\n"
+         "       ddp-train analyze DIR             why a job run with --debug-dir DIR hung\n"
+         "       ddp-train generate --init-from FILE   text sampled from a GPT's weights\n\n"
          "Rank and world size come from the environment (torchrun, ddprun, Slurm or Open MPI);\n"
          "without any, ddp-train is a single process. Every flag can also be a key of a --config\n"
          "file; --dry-run prints them all as such a file.\n\nflags:\n" +

@@ -189,7 +189,7 @@ TEST_F(TrainerTest, ConfigurationHasEveryFlagAndReadsBackAsItself) {
     std::replace(key.begin(), key.end(), '-', '_');
     if (key != "config" && key != "help") keys.push_back(key);
   }
-  EXPECT_EQ(keys.size(), 69u) << help.output;
+  EXPECT_EQ(keys.size(), 79u) << help.output;
   std::vector<std::string> all = {
       "--data-dir",       data_->path(), "--metrics",     dir / "m \"quoted\".jsonl",
       "--step-trace",     dir / "st",    "--tensorboard", dir / "tb",
@@ -208,7 +208,9 @@ TEST_F(TrainerTest, ConfigurationHasEveryFlagAndReadsBackAsItself) {
       "--nproc-per-node 2 --cpu-bind cores --dry-run --no-sync-baseline --lockstep-baseline "
       "--checkpoint-every 2 --keep 4 --debug-collectives --nnodes 2:3 --rdzv-backend c10d "
       "--rdzv-endpoint 127.0.0.1:29400 --rdzv-id job7 --rdzv-conf last_call_timeout=2 "
-      "--max-restarts 1 --monitor-interval 0.5");
+      "--max-restarts 1 --monitor-interval 0.5 --steps 9 --grad-accum 2 --block-size 16 "
+      "--grad-clip 0.5 --min-lr 1e-05 --warmup-steps 3 --beta2 0.99 --eval-every 7 "
+      "--eval-batches 3");
   for (std::string word; others >> word;) all.push_back(word);
   for (const std::vector<std::string>& start :
        {std::vector<std::string>{"--resume", "auto"}, {"--init-from", dir / "init.pt"}}) {
