@@ -267,6 +267,16 @@ TEST(FullyShard, MixedPrecisionGathersInBfloat16AndKeepsFloat32Shards) {
     const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
       ddp[size_t(rank)] = train_ddp(initial, b, rank, group);
       const auto policy = MixedPrecisionPolicy().param_dtype(torch::kBFloat16).reduce_dtype(reduce);
+      {
+        // Gathered (the module's tensors) in bf16; the shards the optimizer steps in fp32.
+        Toy toy = copy_of(initial);
+        FullyShardedDataParallel<ToyImpl> model(toy.ptr(), toy->block_modules(), group,
+                                                FSDPOptions().mixed_precision(policy));
+        model.unshard();
+        EXPECT_EQ(toy->blocks[0]->fc->weight.scalar_type(), torch::kBFloat16);
+        EXPECT_EQ(model.parameters()[0].scalar_type(), torch::kFloat);
+        model.reshard();
+      }
       fsdp[size_t(rank)] =
           train_fsdp(initial, b, rank, group, FSDPOptions().mixed_precision(policy));
     });
