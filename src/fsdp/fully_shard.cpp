@@ -84,6 +84,16 @@ FSDPState::FSDPState(std::shared_ptr<torch::nn::Module> root,
       alive_(std::make_shared<bool>(true)) {
   if (!root_) throw InvalidArgument("FullyShardedDataParallel: the module is null");
   if (!group_) throw InvalidArgument("FullyShardedDataParallel: the process group is null");
+  // Before anything changes: sharding a module twice would take its tensors from the first.
+  for (const auto& module : units) {
+    if (module && forward_hooks_of(*module)) {
+      throw InvalidArgument(c10::str("FullyShardedDataParallel: module ", module->name(),
+                                     " is sharded already (or has forward hooks)"));
+    }
+  }
+  if (forward_hooks_of(*root_)) {
+    throw InvalidArgument("FullyShardedDataParallel: the module is sharded already");
+  }
   check_same_module_on_every_rank(*root_, *group_);
   copy_rank0_state(*root_, *group_);
 

@@ -339,7 +339,7 @@ TEST(FullyShard, EachRankHoldsAQuarterOfTheStateOnFourRanks) {
   EXPECT_GE(fsdp[0].peak_unsharded, 2 * block_bytes);
 }
 
-TEST(FullyShard, RefusesUnitsOutsideTheModelAndSecondCalls) {
+TEST(FullyShard, RefusesUnitsOutsideTheModelListedTwiceOrShardedAgain) {
   const auto errors = test::run_ranks(1, [&](int, std::shared_ptr<ProcessGroup> group) {
     Toy toy;
     Block stranger(kWidth, 9);
@@ -347,6 +347,16 @@ TEST(FullyShard, RefusesUnitsOutsideTheModelAndSecondCalls) {
                 FullyShardedDataParallel<ToyImpl>(toy.ptr(), {stranger.ptr()}, group);
               }).find("unit 0 is not a submodule"),
               std::string::npos);
+    {
+      FullyShardedDataParallel<ToyImpl> first(toy.ptr(), toy->block_modules(), group);
+      EXPECT_NE(test::error_of<InvalidArgument>([&] {
+                  FullyShardedDataParallel<ToyImpl>(toy.ptr(), toy->block_modules(), group);
+                }).find("is sharded already"),
+                std::string::npos);
+      // ... and the first still works.
+      torch::NoGradGuard no_grad;
+      EXPECT_EQ(first.forward(torch::zeros({1, 3}, torch::kLong)).size(2), kVocab);
+    }
     auto units = toy->block_modules();
     units.push_back(units[0]);
     EXPECT_NE(test::error_of<InvalidArgument>([&] {
