@@ -1,13 +1,7 @@
 """A Python reference for nanoGPT's model.py + train.py, the thing a C++ nanoGPT trainer is compared
 against (losses to 1e-5). CPU only, Gloo, ranks spawned here with torch.multiprocessing.
 
-usage: nanogpt_reference.py --data-dir DIR --n-layer L --n-head H --n-embd C --block-size T
-           --vocab-size V --batch-size B --grad-accum A --steps S --lr LR --min-lr MIN
-           --warmup-steps W [--lr-decay-steps D] [--weight-decay 0.1] [--beta1 0.9] [--beta2 0.95]
-           [--grad-clip 1.0] [--seed 1337] [--parallel ddp|fsdp] [--nproc N] [--port P]
-           [--out FILE] [--bench [--bench-warmup 2]] [--threads 1]
-
-DIR holds train.bin (raw little-endian uint16 tokens, nanoGPT's format). Rank 0 writes one JSON
+--data-dir holds train.bin (raw little-endian uint16 tokens, nanoGPT's format). Rank 0 writes one JSON
 line per optimizer step, {"step", "loss", "lr"}; with --bench it instead runs --bench-warmup
 untimed steps, then --steps timed ones, and writes one {"bench": true, ...} line.
 
@@ -233,15 +227,12 @@ def main():
     p.add_argument("--data-dir", required=True)
     for name in ("n-layer", "n-head", "n-embd", "block-size", "vocab-size", "batch-size", "steps"):
         p.add_argument("--" + name, type=int, required=True)
+    for name, default in (("lr", None), ("min-lr", None), ("weight-decay", 0.1), ("beta1", 0.9),
+                          ("beta2", 0.95), ("grad-clip", 1.0)):  # grad-clip 0 = no clipping
+        p.add_argument("--" + name, type=float, default=default, required=default is None)
     p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lr", type=float, required=True)
-    p.add_argument("--min-lr", type=float, required=True)
     p.add_argument("--warmup-steps", type=int, required=True)
     p.add_argument("--lr-decay-steps", type=int, default=None, help="default: --steps")
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--grad-clip", type=float, default=1.0, help="0 = no clipping")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp")
     p.add_argument("--nproc", type=int, default=1)

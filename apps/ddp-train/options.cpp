@@ -198,9 +198,9 @@ const cli::FlagTable<O>& table() {
         int_flag<O>("--batch-size", "N", "images per rank per step (default 64)", &O::batch_size, 1,
                     65536),
         choice_flag<O>("--optimizer", "NAME",
-                       "sgd (default, with --momentum), adam, or adamw (the GPTs' default: "
-                       "betas 0.9 and --beta2, --weight-decay on the weights of two or more "
-                       "dimensions only, as nanoGPT)",
+                       "sgd (default, with --momentum), adam, or adamw (for the GPTs, which "
+                       "take adam or adamw: betas 0.9 and --beta2, --weight-decay on the "
+                       "weights of two or more dimensions only, as nanoGPT)",
                        &O::optimizer, "optimizer", kOptimizers),
         switch_flag<O>("--no-pad",
                        "visit every training image exactly once per epoch: no padding of the "

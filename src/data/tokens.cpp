@@ -97,6 +97,11 @@ TokenSplit::TokenSplit(TokenSplit&&) noexcept = default;
 TokenSplit& TokenSplit::operator=(TokenSplit&&) noexcept = default;
 
 torch::Tensor TokenSplit::slice(int64_t start, int64_t length) const {
+  if (start < 0 || length < 0 || start + length > size_) {
+    throw InvalidArgument(c10::str("tokens [", start, ", ", start + length, ") are outside ",
+                                   names_.empty() ? std::string("the split") : names_[0], "'s ",
+                                   size_));
+  }
   torch::Tensor out = torch::empty({length}, torch::kLong);
   int64_t* dst = out.data_ptr<int64_t>();
   for (const Part& part : parts_) {
@@ -130,9 +135,10 @@ TokenDataset TokenDataset::open(const std::string& dir) {
     val = shards(dir, "val");
   }
   if (train.empty() || val.empty()) {
-    throw IoError(c10::str("token data set ", dir,
-                           ": found neither train.bin and val.bin (nanoGPT) nor *train*.bin and "
-                           "*val*.bin shards (llm.c); make one with ddp-train make-data --tokens "
+    const std::string split = train.empty() ? "train" : "val";
+    throw IoError(c10::str("token data set ", dir, ": found no ", split, " split: neither ", split,
+                           ".bin (nanoGPT) nor *", split,
+                           "*.bin shards (llm.c); make a set with ddp-train make-data --tokens "
                            "TEXT_FILE --out ",
                            dir));
   }
@@ -201,9 +207,10 @@ std::pair<int64_t, int64_t> write_byte_tokens(const std::string& text_file, cons
     throw DataError(
         c10::str(text_file, ": ", n, " bytes is too little text to split into train and val"));
   }
-  std::vector<uint16_t> tokens(text.begin(), text.end());
-  for (size_t i = 0; i < text.size(); ++i)
+  std::vector<uint16_t> tokens(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
     tokens[i] = uint16_t(static_cast<unsigned char>(text[i]));
+  }
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) throw IoError(c10::str("cannot create ", dir, ": ", error.message()));

@@ -38,9 +38,20 @@ struct FSDPState::Iteration {
 
 namespace {
 
-torch::ScalarType dtype_of(const std::vector<std::pair<std::string, torch::Tensor>>& named) {
-  for (const auto& [name, t] : named) return t.scalar_type();
-  return torch::kFloat;
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The one dtype of a unit's parameters (they are gathered in one buffer).
+torch::ScalarType dtype_of(const std::string& unit, const NamedTensors& named) {
+  if (named.empty()) return torch::kFloat;
+  const torch::ScalarType dtype = named.front().second.scalar_type();
+  for (const auto& [name, t] : named) {
+    if (t.scalar_type() != dtype) {
+      throw InvalidArgument(c10::str("FullyShardedDataParallel: unit ", unit, " mixes ", dtype,
+                                     " and ", t.scalar_type(), " (", name,
+                                     ") parameters; make it one dtype"));
+    }
+  }
+  return dtype;
 }
 
 // The names of `root`'s parameters, tied ones under their first name, in its order.
@@ -73,6 +84,58 @@ void copy_rank0_state(torch::nn::Module& root, ProcessGroup& group) {
   for (auto& [dst, src] : copies) dst.copy_(src);
 }
 
+// Each parameter's unit: the listed module that holds it (units listed bottom-up, so the
+// innermost), else the root (last). `names` gets the units' names. Throws InvalidArgument for a
+// unit outside `root`, listed twice, listed before a unit inside it, or a parameter another
+// module outside its unit also holds (a weight tied across units, which one gather cannot serve).
+std::vector<NamedTensors> assign_parameters(
+    torch::nn::Module& root, const std::vector<std::shared_ptr<torch::nn::Module>>& units,
+    std::vector<std::string>& names) {
+  std::unordered_map<const torch::nn::Module*, std::string> module_names;
+  for (const auto& m : root.named_modules()) module_names[m.value().get()] = m.key();
+  auto fail = [](const std::string& why) {
+    throw InvalidArgument("FullyShardedDataParallel: " + why);
+  };
+  std::unordered_map<const void*, size_t> unit_of;  // TensorImpl → unit
+  std::vector<std::unordered_set<const torch::nn::Module*>> inside(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    auto it = units[u] ? module_names.find(units[u].get()) : module_names.end();
+    if (it == module_names.end() || units[u].get() == &root) {
+      fail(c10::str("unit ", u, " is not a submodule of the module it shards"));
+    }
+    for (size_t v = 0; v < u; ++v) {
+      if (names[v] == it->second) fail(c10::str("unit ", it->second, " is listed twice"));
+      if (inside[v].count(units[u].get())) {
+        fail(c10::str("unit ", it->second, " is inside unit ", names[v],
+                      ", listed before it: list the units bottom-up"));
+      }
+    }
+    for (const auto& m : units[u]->modules()) inside[u].insert(m.get());
+    for (const auto& p : units[u]->parameters(true)) unit_of.emplace(p.unsafeGetTensorImpl(), u);
+    names.push_back(it->second);
+  }
+  // A module outside a unit that holds one of its parameters.
+  for (const auto& m : root.named_modules()) {
+    for (const auto& p : m.value()->named_parameters(/*recurse=*/false)) {
+      auto it = unit_of.find(p.value().unsafeGetTensorImpl());
+      if (it != unit_of.end() && !inside[it->second].count(m.value().get())) {
+        fail(c10::str("parameter ", m.key(), m.key().empty() ? "" : ".", p.key(), " of ",
+                      m.key().empty() ? "the root" : m.key(), " is tied to one of unit ",
+                      names[it->second],
+                      "; a tied weight belongs in the unit that holds all "
+                      "its modules (leave the unit out, or shard their common parent)"));
+      }
+    }
+  }
+  names.push_back("(root)");
+  std::vector<NamedTensors> grouped(names.size());
+  for (const auto& [name, p] : distinct_parameters(root)) {
+    auto it = unit_of.find(p.unsafeGetTensorImpl());
+    grouped[it == unit_of.end() ? units.size() : it->second].emplace_back(name, p);
+  }
+  return grouped;
+}
+
 }  // namespace
 
 FSDPState::FSDPState(std::shared_ptr<torch::nn::Module> root,
@@ -97,39 +160,11 @@ FSDPState::FSDPState(std::shared_ptr<torch::nn::Module> root,
   check_same_module_on_every_rank(*root_, *group_);
   copy_rank0_state(*root_, *group_);
 
-  // Which unit each parameter belongs to: the first listed (innermost) that holds it.
-  std::unordered_map<const torch::nn::Module*, std::string> module_names;
-  for (const auto& m : root_->named_modules()) module_names[m.value().get()] = m.key();
-  const auto all = distinct_parameters(*root_);
-  std::unordered_map<const void*, size_t> unit_of;  // TensorImpl → unit
   std::vector<std::string> unit_names;
-  for (const auto& unit : units) {
-    auto it = unit ? module_names.find(unit.get()) : module_names.end();
-    if (it == module_names.end() || unit.get() == root_.get()) {
-      throw InvalidArgument(c10::str("FullyShardedDataParallel: unit ", unit_names.size(),
-                                     " is not a submodule of the module it shards"));
-    }
-    for (const auto& name : unit_names) {
-      if (name == it->second) {
-        throw InvalidArgument(
-            c10::str("FullyShardedDataParallel: unit ", name, " is listed twice"));
-      }
-    }
-    for (const auto& p : unit->parameters(true)) {
-      unit_of.emplace(p.unsafeGetTensorImpl(), unit_names.size());
-    }
-    unit_names.push_back(it->second);
-  }
-  unit_names.push_back("(root)");
-  std::vector<std::vector<std::pair<std::string, torch::Tensor>>> grouped(unit_names.size());
-  for (const auto& [name, p] : all) {
-    auto it = unit_of.find(p.unsafeGetTensorImpl());
-    grouped[it == unit_of.end() ? units.size() : it->second].emplace_back(name, p);
-  }
-
+  const auto grouped = assign_parameters(*root_, units, unit_names);
   const auto& mp = options_.mixed_precision();
   for (size_t u = 0; u < grouped.size(); ++u) {
-    const torch::ScalarType own = dtype_of(grouped[u]);
+    const torch::ScalarType own = dtype_of(unit_names[u], grouped[u]);
     const torch::ScalarType gather = mp.param_dtype().value_or(own);
     const torch::ScalarType reduce = mp.reduce_dtype().value_or(gather);
     units_.push_back(
@@ -155,7 +190,7 @@ FSDPState::FSDPState(std::shared_ptr<torch::nn::Module> root,
       compat::add_post_hook(*params[i].accumulator, [this, alive, u, i] {
         if (!alive.lock()) return;
         units_[u]->params()[i].got_gradient = true;
-        on_gradient(u);
+        on_gradient();
       });
     }
   }
@@ -169,6 +204,13 @@ FSDPState::~FSDPState() { *alive_ = false; }
 void FSDPState::before_forward(size_t u) {
   const size_t root = units_.size() - 1;
   if (u == root) {
+    // What the last iteration may have left: a backward that never ended (an exception in it)
+    // left reductions in flight and full gradients; a forward without a backward left units
+    // gathered, with weights an optimizer step may have changed since.
+    for (auto& unit : units_) {
+      if (iteration_->in_backward) unit->abandon_reduce();
+      unit->reshard();
+    }
     iteration_ = std::make_unique<Iteration>(units_.size());
     for (auto& unit : units_) {
       for (auto& p : unit->params()) p.got_gradient = false;
@@ -261,7 +303,7 @@ void FSDPState::before_backward(size_t u) {
   reduce_ready();
 }
 
-void FSDPState::on_gradient(size_t /*unit*/) {
+void FSDPState::on_gradient() {
   begin_backward();
   reduce_ready();
 }
@@ -280,6 +322,8 @@ void FSDPState::reduce_next() {
   if (sync_gradients_) {
     note_memory();
     unit.reduce_gradients_async();
+  } else {
+    unit.keep_gradients_for_later();
   }
   unit.reshard();
 }

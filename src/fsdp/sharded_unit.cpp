@@ -62,7 +62,7 @@ ShardedUnit::ShardedUnit(std::string name,
     unsharded.set_data(torch::empty(tensor.sizes(), tensor.options().dtype(gather_dtype)));
     free_storage(unsharded);
     params_.push_back(ShardedParameter{param_name, unsharded, unsharded.variable_data(),
-                                       std::move(shard), layout, nullptr, false});
+                                       std::move(shard), layout, nullptr, false, false, {}});
   }
 }
 
@@ -127,13 +127,47 @@ void ShardedUnit::reshard() {
 
 bool ShardedUnit::all_gradients_in() const {
   for (const auto& p : params_) {
-    if (p.shard.requires_grad() && !p.got_gradient) return false;
+    // A frozen parameter has no gradient to wait for, but its values may still be needed for
+    // the backward of what it multiplies: such a unit waits until backward has left it.
+    if (!p.shard.requires_grad() || !p.got_gradient) return false;
   }
   return true;
 }
 
+bool ShardedUnit::trains() const {
+  for (const auto& p : params_) {
+    if (p.shard.requires_grad()) return true;
+  }
+  return false;
+}
+
+void ShardedUnit::keep_gradients_for_later() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    torch::Tensor& grad = p.unsharded.mutable_grad();
+    if (!grad.defined() || grad.scalar_type() == torch::kFloat) continue;
+    // Low-precision gradients accumulate in float32, as FSDP2's do.
+    if (p.accumulated.defined()) {
+      p.accumulated.add_(grad);
+    } else {
+      p.accumulated = grad.to(torch::kFloat);
+    }
+    grad = torch::Tensor();
+  }
+}
+
+void ShardedUnit::abandon_reduce() {
+  if (reduction_) reduction_->wait();  // it must finish on every rank; its result is dropped
+  reduction_.reset();
+  reduce_input_ = reduce_output_ = torch::Tensor();
+  for (auto& p : params_) {
+    p.unsharded.mutable_grad() = torch::Tensor();
+    p.accumulated = torch::Tensor();
+  }
+}
+
 void ShardedUnit::reduce_gradients_async() {
-  if (params_.empty()) return;
+  if (!trains()) return;
   torch::NoGradGuard no_grad;
   const int world = group_.size();
   const auto options = params_.front().shard.options().dtype(reduce_dtype_);
@@ -144,6 +178,10 @@ void ShardedUnit::reduce_gradients_async() {
     const ShardLayout& l = p.layout;
     torch::Tensor region = parts.narrow(1, l.offset, l.padded_numel());  // [N, padded chunk]
     torch::Tensor grad = p.unsharded.grad();
+    if (p.accumulated.defined()) {  // the micro-batches' before this one
+      grad = grad.defined() ? p.accumulated.add_(grad) : p.accumulated;
+      p.accumulated = torch::Tensor();
+    }
     p.reduced_gradient = grad.defined();
     if (!grad.defined()) {
       region.zero_();

@@ -26,6 +26,7 @@ struct ShardedParameter {
   compat::NodePtr accumulator;    // keeps the gradient hook alive
   bool got_gradient = false;      // its gradient hook ran this iteration
   bool reduced_gradient = false;  // it had a gradient when the unit was reduce-scattered
+  torch::Tensor accumulated;      // float32 sum of low-precision gradients kept without sync
 };
 
 class ShardedUnit {
@@ -47,8 +48,16 @@ class ShardedUnit {
   /// Frees the gathered parameters (their storage; views of them stay valid for a later gather).
   void reshard();
 
-  /// Whether every parameter has had its gradient this iteration.
+  /// Whether every parameter has had its gradient this iteration (never, with a frozen one).
   bool all_gradients_in() const;
+  /// Whether any parameter requires a gradient (else there is nothing to reduce).
+  bool trains() const;
+  /// Without gradient sync: moves low-precision full gradients into float32 sums, which the
+  /// next reduce-scatter adds in.
+  void keep_gradients_for_later();
+  /// After a backward that never ended: waits for a reduce-scatter in flight, drops its result
+  /// and every full gradient.
+  void abandon_reduce();
   /// Starts the reduce-scatter of the averaged full gradients (zeros for a parameter without
   /// one) and frees them.
   void reduce_gradients_async();

@@ -7,9 +7,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "ddp/ddp.h"
 #include "ddp/error.h"
 #include "ddp/fsdp/fully_shard.h"
+#include "ddp/models/gpt.h"
 #include "ddp/optim/zero.h"
 #include "support/error_of.h"
 #include "support/process.h"
@@ -363,6 +366,85 @@ TEST(FullyShard, RefusesUnitsOutsideTheModelListedTwiceOrShardedAgain) {
                 FullyShardedDataParallel<ToyImpl>(toy.ptr(), units, group);
               }).find("unit h0 is listed twice"),
               std::string::npos);
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+}
+
+// Frozen weights (as under LoRA) have no gradient to wait for, but their unit's backward still
+// multiplies by them: the unit must stay gathered until backward has left it.
+TEST(FullyShard, FrozenParametersStayGatheredUntilBackwardHasLeftTheirUnit) {
+  const int world = 2;
+  torch::manual_seed(0);
+  const Toy initial;
+  const Batches b = make_batches(3, world);
+  auto freeze = [](Toy& toy) {
+    toy->blocks[0]->fc->weight.set_requires_grad(false);
+    // h1 trains its output projection only: its gradients are all in before backward reaches
+    // fc, whose input gradient still needs fc's weight.
+    for (auto* p : {&toy->blocks[1]->ln->weight, &toy->blocks[1]->ln->bias,
+                    &toy->blocks[1]->fc->weight, &toy->blocks[1]->fc->bias}) {
+      p->set_requires_grad(false);
+    }
+  };
+  std::vector<Trained> ddp(world), fsdp(world);
+  const auto errors = test::run_ranks(world, [&](int rank, std::shared_ptr<ProcessGroup> group) {
+    for (bool sharded : {false, true}) {
+      Toy toy = copy_of(initial);
+      freeze(toy);
+      std::optional<DistributedDataParallel<ToyImpl>> d;
+      std::optional<FullyShardedDataParallel<ToyImpl>> f;
+      if (sharded) {
+        f.emplace(toy.ptr(), toy->block_modules(), group,
+                  FSDPOptions().find_unused_parameters(true));
+      } else {
+        d.emplace(toy, group, DDPOptions().find_unused_parameters(true));
+      }
+      std::vector<torch::Tensor> params;
+      for (const auto& p : sharded ? f->parameters() : d->parameters()) {
+        if (p.requires_grad()) params.push_back(p);
+      }
+      torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+      Trained& run = (sharded ? fsdp : ddp)[size_t(rank)];
+      for (size_t s = 0; s < b.tokens.size(); ++s) {
+        opt.zero_grad();
+        const torch::Tensor x = rows_of(b.tokens[s], rank);
+        auto loss = loss_of(sharded ? f->forward(x) : d->forward(x), rows_of(b.targets[s], rank));
+        loss.backward();
+        opt.step();
+        run.losses.push_back(loss.item<double>());
+      }
+      if (sharded) {
+        for (const auto& p : f->full_state_dict()) run.weights[p.key()] = p.value();
+      } else {
+        for (const auto& p : toy->named_parameters())
+          run.weights[p.key()] = p.value().detach().clone();
+      }
+    }
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  expect_same(fsdp[0], ddp[0], 1e-5);
+  EXPECT_TRUE(torch::equal(fsdp[0].weights.at("h0.fc.weight"), initial->blocks[0]->fc->weight));
+}
+
+TEST(FullyShard, RefusesAWeightTiedAcrossUnitsAndUnitsListedTopDown) {
+  const auto errors = test::run_ranks(1, [&](int, std::shared_ptr<ProcessGroup> group) {
+    models::GPTConfig config;
+    config.vocab_size = 16, config.block_size = 8, config.n_layer = 2, config.n_head = 2,
+    config.n_embd = 8;
+    models::GPT gpt(config);
+    auto units = gpt->blocks();
+    units.push_back(gpt->transformer->wte.ptr());  // lm_head, in the root, holds its weight too
+    EXPECT_NE(test::error_of<InvalidArgument>([&] {
+                FullyShardedDataParallel<models::GPTImpl>(gpt.ptr(), units, group);
+              }).find("lm_head.weight of lm_head is tied to one of unit transformer.wte"),
+              std::string::npos);
+    EXPECT_NE(test::error_of<InvalidArgument>([&] {
+                FullyShardedDataParallel<models::GPTImpl>(
+                    gpt.ptr(), {gpt->blocks()[0], gpt->transformer->h[0]->mlp.ptr()}, group);
+              }).find("list the units bottom-up"),
+              std::string::npos);
+    // Nothing was touched: the model still runs unsharded.
+    EXPECT_EQ(gpt->forward(torch::zeros({1, 4}, torch::kLong)).size(2), 16);
   });
   for (const auto& e : errors) ASSERT_EQ(e, "");
 }

@@ -99,6 +99,15 @@ void check_language_model_options(const TrainOptions& o) {
          "benchmark flags of the CNNs");
   refuse(o.launcher.on_failure() == "continue", "--on-failure continue",
          "the GPTs' training restarts from --init-from only");
+  refuse(o.optimizer == OptimizerKind::kSgd, "--optimizer sgd (the default)",
+         "the GPTs train with --optimizer adamw (nanoGPT's) or adam");
+  refuse(o.epochs != 10 || o.max_steps != 0 || o.warmup_epochs != 0,
+         "--epochs/--max-steps/--warmup-epochs",
+         "a GPT run counts optimizer steps: --steps, --warmup-steps");
+  refuse(o.on_nan == OnNan::kSkip, "--on-nan skip", "a GPT run stops on a non-finite loss");
+  refuse(o.parallel == ParallelKind::kFsdp && (o.bucket_cap_mb != 25 || o.first_bucket_cap_mb != 1),
+         "--bucket-cap-mb/--first-bucket-cap-mb",
+         "under --parallel fsdp each unit is one collective");
   refuse(o.no_pad || o.normalize || o.random_crop || o.horizontal_flip || o.channels_last,
          "--no-pad/--normalize/--random-crop/--hflip/--channels-last", "they are for images");
 }

@@ -169,9 +169,9 @@ class LanguageModelRun {
     return gpt;
   }
 
-  // FSDP computes in its mixed-precision policy's dtype; DDP under autocast.
+  // FSDP computes in its mixed-precision policy's dtype; DDP and one process under autocast.
   Precision autocast_precision() const {
-    return o_.parallel == ParallelKind::kDdp ? o_.precision : Precision::kFp32;
+    return model_.sharded() ? Precision::kFp32 : o_.precision;
   }
 
   void print_banner() const {
@@ -206,9 +206,11 @@ class LanguageModelRun {
       loss.backward();
       step_loss += loss.item<double>();
     }
-    if (!std::isfinite(step_loss)) {
-      throw DataError(c10::str("step ", step, " (rank ", s_.world.rank, "): the loss is ",
-                               step_loss, "; lower --lr or raise --warmup-steps"));
+    // Every rank stops together: one rank's NaN alone would leave the others in a collective.
+    if (max_over_ranks(s_.group.get(), std::isfinite(step_loss) ? 0.0 : 1.0) > 0) {
+      throw DataError(c10::str("step ", step, ": the loss is not finite on some rank (", step_loss,
+                               " on rank ", s_.world.rank,
+                               "); lower --lr or raise --warmup-steps"));
     }
     const double norm = o_.grad_clip > 0 ? model_.clip_grad_norm(o_.grad_clip) : 0.0;
     optimizer_->step();

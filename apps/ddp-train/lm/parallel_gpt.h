@@ -43,6 +43,9 @@ class ParallelGPT {
   /// FSDP: the most bytes of gathered parameters and full gradients held at once (else 0).
   int64_t peak_unsharded_bytes() const;
 
+  /// Whether the model is sharded (FSDP computes in its mixed-precision policy's dtype, not
+  /// under autocast).
+  bool sharded() const { return fsdp_.has_value(); }
   models::GPTImpl& module() { return *gpt_; }
   void train(bool on) { gpt_->train(on); }
 

@@ -22,6 +22,11 @@
 //   reshard()); otherwise their storage is freed. Optimize parameters(), never the module's.
 // - One thread, one forward then its backward, as DistributedDataParallel (ddp.h). The ranks'
 //   forwards must call the same units in the same order.
+// - A unit's parameters are used within its forward only. A weight tied to a module outside the
+//   unit is refused (tie within one unit, e.g. the root); a tensor taken out of a unit and used
+//   elsewhere is not seen, and its storage is freed under it.
+// - Destroying the wrapper leaves the module's tensors without storage: take full_state_dict()
+//   first to go on with an unsharded model.
 #pragma once
 
 #include <memory>
@@ -128,7 +133,7 @@ class FSDPState {
   /// The first hook of a backward: fixes the reduce-scatters' order, queues end_of_backward().
   void begin_backward();
   void before_backward(size_t unit);
-  void on_gradient(size_t unit);
+  void on_gradient();
   /// Reduce-scatters the next units in order while all their gradients are in.
   void reduce_ready();
   void reduce_next();
