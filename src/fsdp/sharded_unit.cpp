@@ -61,8 +61,15 @@ ShardedUnit::ShardedUnit(std::string name,
     torch::Tensor unsharded = tensor;
     unsharded.set_data(torch::empty(tensor.sizes(), tensor.options().dtype(gather_dtype)));
     free_storage(unsharded);
-    params_.push_back(ShardedParameter{param_name, unsharded, unsharded.variable_data(),
-                                       std::move(shard), layout, nullptr, false, false, {}});
+    params_.push_back(ShardedParameter{param_name,
+                                       unsharded,
+                                       unsharded.variable_data(),
+                                       std::move(shard),
+                                       layout,
+                                       nullptr,
+                                       false,
+                                       false,
+                                       {}});
   }
 }
 
