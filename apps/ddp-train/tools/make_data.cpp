@@ -72,8 +72,8 @@ int run_make_data(const std::vector<std::string>& args) {
   if (o.out.empty()) throw InvalidArgument("make-data: --out DIR is required");
   if (!o.tokens.empty()) {
     const auto [train, val] = data::write_byte_tokens(o.tokens, o.out);
-    std::printf("wrote %lld train and %lld val tokens (the bytes of %s) to %s\n",
-                (long long)train, (long long)val, o.tokens.c_str(), o.out.c_str());
+    std::printf("wrote %lld train and %lld val tokens (the bytes of %s) to %s\n", (long long)train,
+                (long long)val, o.tokens.c_str(), o.out.c_str());
     return 0;
   }
   data::SyntheticOptions options;
