@@ -120,6 +120,15 @@ FSDPState::FSDPState(std::shared_ptr<torch::nn::Module> root,
     }
   }
   iteration_ = std::make_unique<Iteration>(units_.size());
+  // The shards in the module's parameter order, once: clipping and the memory count read them
+  // every step.
+  std::unordered_map<std::string, torch::Tensor> shards;
+  for (const auto& unit : units_) {
+    for (const auto& p : unit->params()) shards.emplace(p.name, p.shard);
+  }
+  for (const auto& [name, p] : distinct_parameters(*root_)) {
+    named_shards_.emplace_back(name, shards.at(name));
+  }
 }
 
 FSDPState::~FSDPState() { *alive_ = false; }
@@ -301,13 +310,7 @@ std::vector<torch::Tensor> FSDPState::parameters() const {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> FSDPState::named_parameters() const {
-  std::unordered_map<std::string, torch::Tensor> shards;
-  for (const auto& unit : units_) {
-    for (const auto& p : unit->params()) shards.emplace(p.name, p.shard);
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& [name, p] : distinct_parameters(*root_)) out.emplace_back(name, shards.at(name));
-  return out;
+  return named_shards_;
 }
 
 void FSDPState::set_requires_gradient_sync(bool sync) { sync_gradients_ = sync; }

@@ -148,6 +148,7 @@ class FSDPState {
   std::unique_ptr<Iteration> iteration_;
   std::shared_ptr<bool> alive_;  // hooks on tensors may outlive this object
   std::vector<size_t> last_forward_order_;
+  std::vector<std::pair<std::string, torch::Tensor>> named_shards_;  // named_parameters()
   bool sync_gradients_ = true;
   FSDPMemory memory_;  // its peak
 };
